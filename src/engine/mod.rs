@@ -1,0 +1,277 @@
+//! The dependency engine: operations declare the variables (storage chunks) they read and
+//! write; an operation runs on a worker thread once every earlier operation that writes what it
+//! touches, or reads what it writes, has finished. This is MXNet's engine contract: calls return
+//! after scheduling, work on one array runs in call order, and reads wait for pending writes.
+
+mod completion;
+mod queue;
+
+use completion::Completion;
+use parking_lot::{Condvar, Mutex};
+use queue::ReadyQueue;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use once_cell::sync::Lazy;
+
+/// The unit of dependency tracking: one per storage chunk.
+#[derive(Default)]
+pub struct Var {
+    state: Mutex<VarState>,
+}
+
+#[derive(Default)]
+struct VarState {
+    last_write: Option<Arc<Completion>>,
+    reads_since_write: Vec<Arc<Completion>>,
+}
+
+impl Var {
+    /// A variable with no pending operation.
+    pub fn new() -> Var {
+        Var::default()
+    }
+}
+
+type Work = Box<dyn FnOnce() + Send + 'static>;
+
+/// An operation waiting for its dependencies, then for a worker.
+pub(crate) struct Op {
+    /// Dependencies not yet finished, plus one while the op is being registered.
+    remaining: AtomicUsize,
+    work: Mutex<Option<Work>>,
+    priority: i32,
+    completion: Arc<Completion>,
+}
+
+/// The engine: a scheduling lock, a ready queue and worker threads.
+pub struct Engine {
+    // Dependency capture and registration must be atomic across all of an op's variables, or
+    // two ops scheduled at once on crossed variables could wait for each other.
+    schedule_lock: Mutex<()>,
+    ready: ReadyQueue,
+    outstanding: Mutex<usize>,
+    all_done: Condvar,
+}
+
+static ENGINE: Lazy<Arc<Engine>> = Lazy::new(|| {
+    let engine = Arc::new(Engine {
+        schedule_lock: Mutex::new(()),
+        ready: ReadyQueue::new(),
+        outstanding: Mutex::new(0),
+        all_done: Condvar::new(),
+    });
+    for i in 0..worker_count() {
+        let e = Arc::clone(&engine);
+        // A worker that cannot be spawned leaves fewer workers; with none at all, ops run
+        // inline (see `Engine::push`).
+        let _ = std::thread::Builder::new()
+            .name(format!("kvstore-worker-{i}"))
+            .spawn(move || e.work_loop());
+    }
+    engine
+});
+
+fn worker_count() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::env::var("MXNET_CPU_WORKER_NTHREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(cores.max(2))
+}
+
+/// The process-wide engine.
+pub fn engine() -> &'static Engine {
+    &ENGINE
+}
+
+fn dedup_vars<'a>(vars: &[&'a Var]) -> Vec<&'a Var> {
+    let mut out: Vec<&Var> = Vec::with_capacity(vars.len());
+    for v in vars {
+        if !out.iter().any(|o| std::ptr::eq(*o, *v)) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+impl Engine {
+    /// Registers an op reading `reads` and writing `writes`; returns its completion and the
+    /// completions it must wait for.
+    fn register(&self, reads: &[&Var], writes: &[&Var]) -> (Arc<Completion>, Vec<Arc<Completion>>) {
+        let completion = Arc::new(Completion::new());
+        let writes = dedup_vars(writes);
+        let reads: Vec<&Var> = dedup_vars(reads)
+            .into_iter()
+            .filter(|r| !writes.iter().any(|w| std::ptr::eq(*w, *r)))
+            .collect();
+        let mut deps = Vec::new();
+        let _guard = self.schedule_lock.lock();
+        for var in reads {
+            let mut s = var.state.lock();
+            if let Some(w) = &s.last_write {
+                if !w.is_done() {
+                    deps.push(Arc::clone(w));
+                }
+            }
+            s.reads_since_write.retain(|c| !c.is_done());
+            s.reads_since_write.push(Arc::clone(&completion));
+        }
+        for var in writes {
+            let mut s = var.state.lock();
+            deps.extend(s.last_write.take().filter(|w| !w.is_done()));
+            deps.extend(s.reads_since_write.drain(..).filter(|r| !r.is_done()));
+            s.last_write = Some(Arc::clone(&completion));
+        }
+        (completion, deps)
+    }
+
+    /// Schedules `work`, which reads `reads` and writes `writes`, and returns at once. Among
+    /// ready ops, higher `priority` runs first.
+    pub fn push(&self, reads: &[&Var], writes: &[&Var], priority: i32, work: Work) {
+        *self.outstanding.lock() += 1;
+        let (completion, deps) = self.register(reads, writes);
+        let op = Arc::new(Op {
+            remaining: AtomicUsize::new(1),
+            work: Mutex::new(Some(work)),
+            priority,
+            completion,
+        });
+        for dep in deps {
+            op.remaining.fetch_add(1, Ordering::AcqRel);
+            if !dep.add_waiter(&op) {
+                op.remaining.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.release(op);
+    }
+
+    /// Drops one dependency of `op`; the last one makes it ready.
+    fn release(&self, op: Arc<Op>) {
+        if op.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.ready.push(op);
+        }
+    }
+
+    /// Runs `work` on the calling thread, ordered with scheduled ops as if it were one: it
+    /// waits for the ops it depends on, and later ops wait for it.
+    pub fn run_sync<R>(&self, reads: &[&Var], writes: &[&Var], work: impl FnOnce() -> R) -> R {
+        let (completion, deps) = self.register(reads, writes);
+        for dep in deps {
+            dep.wait();
+        }
+        // Complete even if `work` panics, or every later op on these vars would hang.
+        struct CompleteOnDrop<'a>(&'a Engine, Arc<Completion>);
+        impl Drop for CompleteOnDrop<'_> {
+            fn drop(&mut self) {
+                for waiter in self.1.complete() {
+                    self.0.release(waiter);
+                }
+            }
+        }
+        let _complete = CompleteOnDrop(self, completion);
+        work()
+    }
+
+    /// Blocks until every op writing `var` has finished.
+    pub fn wait_to_read(&self, var: &Var) {
+        self.run_sync(&[var], &[], || ());
+    }
+
+    /// Blocks until every op reading or writing `var` has finished.
+    pub fn wait_to_write(&self, var: &Var) {
+        self.run_sync(&[], &[var], || ());
+    }
+
+    /// Blocks until every scheduled op has finished.
+    pub fn wait_all(&self) {
+        let mut n = self.outstanding.lock();
+        while *n > 0 {
+            self.all_done.wait(&mut n);
+        }
+    }
+
+    fn work_loop(&self) {
+        loop {
+            let op = self.ready.pop();
+            let work = op.work.lock().take();
+            if let Some(work) = work {
+                // A panic in one op must not kill the worker; ops validate their inputs before
+                // they are scheduled, so this is a last resort.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            }
+            for waiter in op.completion.complete() {
+                self.release(waiter);
+            }
+            let mut n = self.outstanding.lock();
+            *n -= 1;
+            if *n == 0 {
+                self.all_done.notify_all();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn ops_on_one_var_run_in_call_order() {
+        let var = Var::new();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..200 {
+            let log = Arc::clone(&log);
+            // Alternate priorities: priority must not reorder dependent ops.
+            engine().push(&[], &[&var], if i % 2 == 0 { 10 } else { -10 }, Box::new(move || log.lock().push(i)));
+        }
+        engine().wait_to_read(&var);
+        assert_eq!(*log.lock(), (0..200).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn reads_wait_for_writes_and_writes_wait_for_reads() {
+        let a = Var::new();
+        let value = Arc::new(AtomicU64::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        for round in 1..=50u64 {
+            let v = Arc::clone(&value);
+            engine().push(&[], &[&a], 0, Box::new(move || {
+                std::thread::yield_now();
+                v.store(round, Ordering::SeqCst)
+            }));
+            for _ in 0..3 {
+                let (v, s) = (Arc::clone(&value), Arc::clone(&seen));
+                engine().push(&[&a], &[], 0, Box::new(move || s.lock().push((round, v.load(Ordering::SeqCst)))));
+            }
+        }
+        engine().wait_to_write(&a);
+        let seen = seen.lock();
+        assert_eq!(seen.len(), 150);
+        assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
+    }
+
+    #[test]
+    fn run_sync_is_ordered_with_scheduled_ops() {
+        let var = Var::new();
+        let value = Arc::new(AtomicU64::new(0));
+        let v = Arc::clone(&value);
+        engine().push(&[], &[&var], 0, Box::new(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            v.store(7, Ordering::SeqCst)
+        }));
+        let read = engine().run_sync(&[&var], &[], || value.load(Ordering::SeqCst));
+        assert_eq!(read, 7);
+    }
+
+    #[test]
+    fn an_op_reading_and_writing_one_var_does_not_wait_for_itself() {
+        let var = Var::new();
+        let done = Arc::new(AtomicU64::new(0));
+        let d = Arc::clone(&done);
+        engine().push(&[&var, &var], &[&var, &var], 0, Box::new(move || { d.fetch_add(1, Ordering::SeqCst); }));
+        engine().wait_to_write(&var);
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+}

@@ -1,0 +1,452 @@
+//! MXNet 1.9's 31 KVStore C functions.
+//!
+//! Conventions of every function here: returns 0 on success and -1 on failure, with the cause
+//! in `MXGetLastError()`; on failure nothing changes and no out-parameter is written. Arrays
+//! may be NULL only when their count is 0. Handles are checked: an unknown, freed or
+//! wrong-kind handle is an error, never undefined behaviour.
+
+#![allow(non_snake_case)]
+
+use super::args::{self, Out};
+use super::handle;
+use super::kvstore_calls::{self as calls, TwoLists};
+use super::runtime;
+use super::types::*;
+use super::updater;
+use crate::store::{KVStore, Keys, Updaters};
+use std::os::raw::{c_char, c_int, c_void};
+
+/// Creates a store.
+///
+/// Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
+/// reduces as MXNet's `device` store; other non-distributed names (`local`, unknown names)
+/// make a `local` store. Distributed names are refused until that support lands.
+/// Returns: 0, and the new handle in `*out`.
+/// Ownership: the caller frees the store with `MXKVStoreFree`.
+#[no_mangle]
+pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
+    ffi_boundary!("MXKVStoreCreate", {
+        let name = args::string(r#type, "type")?;
+        let out = Out::new(out, "out")?;
+        out.write(handle::new_kvstore(KVStore::new(name)?));
+        Ok(())
+    })
+}
+
+/// Frees a store; arrays it handed out stay valid.
+///
+/// Ownership: `handle` is invalid afterwards; pending operations finish first.
+#[no_mangle]
+pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
+    ffi_boundary!("MXKVStoreFree", { handle::free_kvstore(handle) })
+}
+
+/// Sets gradient compression (`type` = `2bit`, `threshold` > 0, default 0.5).
+///
+/// Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
+/// type or a threshold ≤ 0. Ownership: the strings are copied.
+#[no_mangle]
+pub extern "C" fn MXKVStoreSetGradientCompression(
+    handle: KVStoreHandle,
+    num_params: u32,
+    keys: *mut *const c_char,
+    vals: *mut *const c_char,
+) -> c_int {
+    ffi_boundary!("MXKVStoreSetGradientCompression", {
+        let store = calls::store(handle)?;
+        let keys = args::strings(keys, args::len(num_params), "keys")?;
+        let vals = args::strings(vals, args::len(num_params), "vals")?;
+        let params: Vec<(String, String)> = keys.iter().zip(vals).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        store.set_gradient_compression(&params)
+    })
+}
+
+/// Initialises int keys with deep copies of `vals`.
+///
+/// Parameters: `num` keys and values. Returns: -1 if a key exists already (the store is then
+/// unchanged). Ownership: the caller keeps `vals`.
+#[no_mangle]
+pub extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle) -> c_int {
+    ffi_boundary!("MXKVStoreInit", { calls::init(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals) })
+}
+
+/// Initialises string keys with deep copies of `vals`; see `MXKVStoreInit`.
+///
+/// Ownership: the caller keeps `keys` and `vals`.
+#[no_mangle]
+pub extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle) -> c_int {
+    ffi_boundary!("MXKVStoreInitEx", { calls::init(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals) })
+}
+
+/// Pushes values to int keys: the values of each key are summed, then the updater runs (or the
+/// sum is stored). Returns once scheduled.
+///
+/// Returns: -1 for an uninitialised key, or a value whose shape or dtype differs from the
+/// stored one (nothing is pushed then). Ownership: the caller keeps `vals`; the store copies.
+#[no_mangle]
+pub extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+    ffi_boundary!("MXKVStorePush", { calls::push(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority) })
+}
+
+/// Pushes values to string keys; see `MXKVStorePush`.
+///
+/// Ownership: the caller keeps `keys` and `vals`.
+#[no_mangle]
+pub extern "C" fn MXKVStorePushEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    ffi_boundary!("MXKVStorePushEx", { calls::push(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, priority) })
+}
+
+/// Pulls int keys into `vals`; sparse outputs are skipped unless `ignore_sparse` is false.
+///
+/// Ownership: the caller keeps `vals`, which the store writes.
+#[no_mangle]
+pub extern "C" fn MXKVStorePullWithSparse(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
+    ffi_boundary!("MXKVStorePullWithSparse", {
+        calls::pull(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority, ignore_sparse)
+    })
+}
+
+/// Pulls string keys; see `MXKVStorePullWithSparse`.
+///
+/// Ownership: the caller keeps `keys` and `vals`.
+#[no_mangle]
+pub extern "C" fn MXKVStorePullWithSparseEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
+    ffi_boundary!("MXKVStorePullWithSparseEx", {
+        calls::pull(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, priority, ignore_sparse)
+    })
+}
+
+/// Pulls int keys into dense outputs; sparse outputs are skipped (as MXNet does).
+///
+/// Ownership: the caller keeps `vals`, which the store writes.
+#[no_mangle]
+pub extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+    ffi_boundary!("MXKVStorePull", { calls::pull(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority, true) })
+}
+
+/// Pulls string keys into dense outputs; see `MXKVStorePull`.
+///
+/// Ownership: the caller keeps `keys` and `vals`.
+#[no_mangle]
+pub extern "C" fn MXKVStorePullEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    ffi_boundary!("MXKVStorePullEx", {
+        calls::pull(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, priority, true)
+    })
+}
+
+/// Pulls the rows `row_ids[i]` of int keys into row_sparse `vals[i]`.
+///
+/// Ownership: the caller keeps `vals` and `row_ids`.
+#[no_mangle]
+pub extern "C" fn MXKVStorePullRowSparse(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    let _ = priority;
+    ffi_boundary!("MXKVStorePullRowSparse", {
+        calls::pull_row_sparse(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, row_ids)
+    })
+}
+
+/// Pulls rows of string keys; see `MXKVStorePullRowSparse`.
+///
+/// Ownership: the caller keeps `keys`, `vals` and `row_ids`.
+#[no_mangle]
+pub extern "C" fn MXKVStorePullRowSparseEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    let _ = priority;
+    ffi_boundary!("MXKVStorePullRowSparseEx", {
+        calls::pull_row_sparse(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, row_ids)
+    })
+}
+
+/// Initialises `vkeys` with `vals`, then pulls `okeys` into `outs`.
+///
+/// Ownership: the caller keeps every array.
+#[no_mangle]
+pub extern "C" fn MXKVStoreBroadcast(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const c_int,
+    onum: mx_uint,
+    okeys: *const c_int,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    ffi_boundary!("MXKVStoreBroadcast", {
+        let keys = (Keys::Int(calls::int_keys(vkeys, vnum, "vkeys")?), Keys::Int(calls::int_keys(okeys, onum, "okeys")?));
+        calls::two_lists(TwoLists::Broadcast, handle, keys, vals, outs, priority)
+    })
+}
+
+/// Broadcast with string keys; see `MXKVStoreBroadcast`.
+///
+/// Ownership: the caller keeps every array.
+#[no_mangle]
+pub extern "C" fn MXKVStoreBroadcastEx(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *mut *const c_char,
+    onum: mx_uint,
+    okeys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    ffi_boundary!("MXKVStoreBroadcastEx", {
+        let (v, o) = (calls::str_keys(vkeys, vnum, "vkeys")?, calls::str_keys(okeys, onum, "okeys")?);
+        calls::two_lists(TwoLists::Broadcast, handle, (Keys::Str(&v), Keys::Str(&o)), vals, outs, priority)
+    })
+}
+
+/// Pushes `vals` to `vkeys`, then pulls `okeys` into `outs`; every push reads its inputs
+/// before any pull writes, so `outs` may be `vals` (in-place allreduce).
+///
+/// Ownership: the caller keeps every array.
+#[no_mangle]
+pub extern "C" fn MXKVStorePushPull(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const c_int,
+    onum: mx_uint,
+    okeys: *const c_int,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    ffi_boundary!("MXKVStorePushPull", {
+        let keys = (Keys::Int(calls::int_keys(vkeys, vnum, "vkeys")?), Keys::Int(calls::int_keys(okeys, onum, "okeys")?));
+        calls::two_lists(TwoLists::PushPull, handle, keys, vals, outs, priority)
+    })
+}
+
+/// Push-pull with string keys; see `MXKVStorePushPull`.
+///
+/// Ownership: the caller keeps every array.
+#[no_mangle]
+pub extern "C" fn MXKVStorePushPullEx(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *mut *const c_char,
+    onum: mx_uint,
+    okeys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    ffi_boundary!("MXKVStorePushPullEx", {
+        let (v, o) = (calls::str_keys(vkeys, vnum, "vkeys")?, calls::str_keys(okeys, onum, "okeys")?);
+        calls::two_lists(TwoLists::PushPull, handle, (Keys::Str(&v), Keys::Str(&o)), vals, outs, priority)
+    })
+}
+
+/// Installs the int updater, called as `updater(key, recv, local, updater_handle)` on the
+/// pushing thread, once per key in ascending key order. A string-key store passes internal
+/// ids 0, 1, ... (init order). NULL resets pushes to assignment.
+///
+/// Ownership: `recv` and `local` are new handles the updater must `MXNDArrayFree`; it changes
+/// the store by writing `local` in place. `updater_handle` is passed back untouched.
+#[no_mangle]
+pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: MXKVStoreUpdater, updater_handle: *mut c_void) -> c_int {
+    ffi_boundary!("MXKVStoreSetUpdater", {
+        calls::store(handle)?.set_int_updater(updater::int_updater(updater, updater_handle));
+        Ok(())
+    })
+}
+
+/// Installs the int updater and the string updater (used by string-key stores); see
+/// `MXKVStoreSetUpdater`.
+///
+/// Ownership: as for `MXKVStoreSetUpdater`; the key string is valid during the call only.
+#[no_mangle]
+pub extern "C" fn MXKVStoreSetUpdaterEx(
+    handle: KVStoreHandle,
+    updater: MXKVStoreUpdater,
+    str_updater: MXKVStoreStrUpdater,
+    updater_handle: *mut c_void,
+) -> c_int {
+    ffi_boundary!("MXKVStoreSetUpdaterEx", {
+        calls::store(handle)?.set_updaters(Updaters {
+            int: updater::int_updater(updater, updater_handle),
+            string: updater::str_updater(str_updater, updater_handle),
+        });
+        Ok(())
+    })
+}
+
+/// The store's type name, lower-cased.
+///
+/// Ownership: `*type` is borrowed from the store and valid until `MXKVStoreFree`.
+#[no_mangle]
+pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_char) -> c_int {
+    ffi_boundary!("MXKVStoreGetType", {
+        let out = Out::new(r#type, "type")?;
+        out.write(calls::store(handle)?.type_name().as_ptr());
+        Ok(())
+    })
+}
+
+/// This worker's rank: 0 for non-distributed stores.
+///
+/// Ownership: `*ret` is written on success.
+#[no_mangle]
+pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
+    ffi_boundary!("MXKVStoreGetRank", {
+        let out = Out::new(ret, "ret")?;
+        out.write(calls::store(handle)?.rank());
+        Ok(())
+    })
+}
+
+/// The number of workers: 1 for non-distributed stores.
+///
+/// Ownership: `*ret` is written on success.
+#[no_mangle]
+pub extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
+    ffi_boundary!("MXKVStoreGetGroupSize", {
+        let out = Out::new(ret, "ret")?;
+        out.write(calls::store(handle)?.group_size());
+        Ok(())
+    })
+}
+
+/// 1 if this process is a worker (`DMLC_ROLE` unset or `worker`), else 0.
+///
+/// Ownership: `*ret` is written on success.
+#[no_mangle]
+pub extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
+    ffi_boundary!("MXKVStoreIsWorkerNode", { runtime::role_is(ret, "worker") })
+}
+
+/// 1 if this process is a server (`DMLC_ROLE=server`), else 0.
+///
+/// Ownership: `*ret` is written on success.
+#[no_mangle]
+pub extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
+    ffi_boundary!("MXKVStoreIsServerNode", { runtime::role_is(ret, "server") })
+}
+
+/// 1 if this process is the scheduler (`DMLC_ROLE=scheduler`), else 0.
+///
+/// Ownership: `*ret` is written on success.
+#[no_mangle]
+pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
+    ffi_boundary!("MXKVStoreIsSchedulerNode", { runtime::role_is(ret, "scheduler") })
+}
+
+/// A barrier over all workers: returns at once for non-distributed stores.
+///
+/// Ownership: none.
+#[no_mangle]
+pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
+    ffi_boundary!("MXKVStoreBarrier", {
+        calls::store(handle)?;
+        Ok(())
+    })
+}
+
+/// Whether freeing a distributed store waits at a barrier first; recorded, no effect locally.
+///
+/// Ownership: none.
+#[no_mangle]
+pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_before_exit: c_int) -> c_int {
+    ffi_boundary!("MXKVStoreSetBarrierBeforeExit", {
+        calls::store(handle)?.set_barrier_before_exit(barrier_before_exit != 0);
+        Ok(())
+    })
+}
+
+/// Runs a parameter server: returns at once for non-distributed stores (the controller is
+/// never called).
+///
+/// Ownership: `controller_handle` is passed back untouched.
+#[no_mangle]
+pub extern "C" fn MXKVStoreRunServer(
+    handle: KVStoreHandle,
+    controller: MXKVStoreServerController,
+    controller_handle: *mut c_void,
+) -> c_int {
+    let _ = (controller, controller_handle);
+    ffi_boundary!("MXKVStoreRunServer", {
+        calls::store(handle)?;
+        Ok(())
+    })
+}
+
+/// Sends a command to the servers: nothing to do for non-distributed stores. (The triple `m`
+/// is MXNet's spelling, kept for ABI compatibility.)
+///
+/// Ownership: `cmd_body` is read during the call only.
+#[no_mangle]
+pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: c_int, cmd_body: *const c_char) -> c_int {
+    let _ = cmd_id;
+    ffi_boundary!("MXKVStoreSendCommmandToServers", {
+        calls::store(handle)?;
+        args::string(cmd_body, "cmd_body")?;
+        Ok(())
+    })
+}
+
+/// The number of dead nodes in the groups of `node_id`: 0 for non-distributed stores.
+///
+/// Ownership: `*number` is written on success.
+#[no_mangle]
+pub extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int, number: *mut c_int, timeout_sec: c_int) -> c_int {
+    let _ = (node_id, timeout_sec);
+    ffi_boundary!("MXKVStoreGetNumDeadNode", {
+        let out = Out::new(number, "number")?;
+        calls::store(handle)?;
+        out.write(0);
+        Ok(())
+    })
+}
+
+/// Sets the parameter-server environment (`DMLC_*` values) for distributed stores.
+///
+/// Ownership: the strings are copied.
+#[no_mangle]
+pub extern "C" fn MXInitPSEnv(num_vars: u32, keys: *mut *const c_char, vals: *mut *const c_char) -> c_int {
+    ffi_boundary!("MXInitPSEnv", {
+        let keys = args::strings(keys, args::len(num_vars), "keys")?;
+        let vals = args::strings(vals, args::len(num_vars), "vals")?;
+        runtime::set_ps_env(&keys, &vals);
+        Ok(())
+    })
+}

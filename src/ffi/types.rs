@@ -1,0 +1,21 @@
+//! The C types of MXNet's API. The typedefs themselves are written into the header by
+//! cbindgen.toml (`after_includes`): MXNet declares the callbacks as function types, which
+//! cbindgen cannot express.
+
+#![allow(non_camel_case_types)]
+
+use std::os::raw::{c_char, c_int, c_void};
+
+/// `typedef uint32_t mx_uint;`
+pub type mx_uint = u32;
+/// `typedef void *NDArrayHandle;`
+pub type NDArrayHandle = *mut c_void;
+/// `typedef void *KVStoreHandle;`
+pub type KVStoreHandle = *mut c_void;
+/// `typedef void (MXKVStoreUpdater)(int key, NDArrayHandle recv, NDArrayHandle local, void *handle);`
+pub type MXKVStoreUpdater = Option<unsafe extern "C" fn(c_int, NDArrayHandle, NDArrayHandle, *mut c_void)>;
+/// `typedef void (MXKVStoreStrUpdater)(const char *key, NDArrayHandle recv, NDArrayHandle local, void *handle);`
+pub type MXKVStoreStrUpdater =
+    Option<unsafe extern "C" fn(*const c_char, NDArrayHandle, NDArrayHandle, *mut c_void)>;
+/// `typedef void (MXKVStoreServerController)(int head, const char *body, void *controller_handle);`
+pub type MXKVStoreServerController = Option<unsafe extern "C" fn(c_int, *const c_char, *mut c_void)>;

@@ -1,0 +1,97 @@
+//! Array-to-array copies: scheduled on the engine (store traffic) or synchronous
+//! (`MXNDArraySyncCopyFromNDArray`).
+
+use super::{shape_string, NDArray, StorageType};
+use crate::engine::engine;
+use crate::error::Result;
+use crate::reduce::copy_cast;
+
+impl NDArray {
+    /// Checks that `self` can be copied into `dst`: both dense, same shape (dtypes may differ;
+    /// values are cast as MXNet's `CopyFromTo` does).
+    pub fn check_copy_to(&self, dst: &NDArray) -> Result<()> {
+        self.require_dense("copy")?;
+        dst.require_dense("copy")?;
+        crate::ensure!(
+            self.shape() == dst.shape(),
+            "shape mismatch: source {} vs destination {}",
+            shape_string(self.shape()),
+            shape_string(dst.shape())
+        );
+        Ok(())
+    }
+
+    /// Schedules `dst = self` (checked by [`NDArray::check_copy_to`]) and returns at once.
+    pub fn schedule_copy_to(&self, dst: &NDArray, priority: i32) {
+        let (src, out) = (self.clone(), dst.clone());
+        engine().push(&[self.var()], &[dst.var()], priority, Box::new(move || src.copy_now(&out)));
+    }
+
+    /// `dst = self` on the calling thread, once pending ops allow.
+    pub fn copy_to_sync(&self, dst: &NDArray) -> Result<()> {
+        self.check_copy_to(dst)?;
+        engine().run_sync(&[self.var()], &[dst.var()], || self.copy_now(dst));
+        Ok(())
+    }
+
+    /// The copy itself; the caller has ordered it with the engine.
+    fn copy_now(&self, dst: &NDArray) {
+        if self.same_chunk(dst) {
+            if self.offset == dst.offset && self.dtype == dst.dtype {
+                return;
+            }
+            // Overlapping views of one chunk: go through a temporary.
+            let tmp = self.read_bytes(|s| s.to_vec());
+            dst.write_bytes(|d| copy_cast(self.dtype, &tmp, dst.dtype, d));
+            return;
+        }
+        self.read_bytes(|s| dst.write_bytes(|d| copy_cast(self.dtype, s, dst.dtype, d)));
+    }
+
+    /// A new dense array on `ctx` holding a copy of this one, scheduled on the engine.
+    pub fn deep_copy(&self, ctx: super::Context, priority: i32) -> Result<NDArray> {
+        crate::ensure!(
+            self.stype() == StorageType::Default,
+            "copying {} arrays is not supported yet",
+            self.stype().name()
+        );
+        let copy = NDArray::zeros(self.shape(), ctx, self.dtype())?;
+        self.schedule_copy_to(&copy, priority);
+        Ok(copy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Context, DType};
+    use super::*;
+
+    #[test]
+    fn scheduled_copies_cast_and_sync_reads_wait_for_them() {
+        let a = NDArray::zeros(&[3], Context::cpu(0), DType::Float32).unwrap();
+        a.copy_from_host(bytemuck::cast_slice(&[1.5f32, 2.5, -3.5])).unwrap();
+        let b = NDArray::zeros(&[3], Context::cpu(1), DType::Int64).unwrap();
+        a.check_copy_to(&b).unwrap();
+        a.schedule_copy_to(&b, 0);
+        let mut out = [0i64; 3];
+        b.copy_to_host(bytemuck::cast_slice_mut(&mut out)).unwrap();
+        assert_eq!(out, [1, 2, -3]);
+        let c = a.deep_copy(Context::cpu_pinned(0), 0).unwrap();
+        a.copy_from_host(bytemuck::cast_slice(&[0f32; 3])).unwrap();
+        let mut kept = [0f32; 3];
+        c.copy_to_host(bytemuck::cast_slice_mut(&mut kept)).unwrap();
+        assert_eq!(kept, [1.5, 2.5, -3.5]);
+        let wrong = NDArray::zeros(&[4], Context::cpu(0), DType::Float32).unwrap();
+        assert!(a.check_copy_to(&wrong).is_err());
+    }
+
+    #[test]
+    fn a_copy_between_overlapping_views_goes_through_a_temporary() {
+        let a = NDArray::zeros(&[4], Context::cpu(0), DType::Float32).unwrap();
+        a.copy_from_host(bytemuck::cast_slice(&[1f32, 2., 3., 4.])).unwrap();
+        a.slice(0, 2).unwrap().copy_to_sync(&a.slice(2, 4).unwrap()).unwrap();
+        let mut out = [0f32; 4];
+        a.copy_to_host(bytemuck::cast_slice_mut(&mut out)).unwrap();
+        assert_eq!(out, [1., 2., 1., 2.]);
+    }
+}

@@ -1,0 +1,314 @@
+//! NDArrays: views (shape, dtype, context, storage type, offset) over shared, engine-ordered
+//! chunks of host memory. A view is cheap to clone; clones share memory, as MXNet's do.
+
+pub mod buffer;
+mod context;
+mod copy;
+mod dtype;
+mod sparse;
+mod storage;
+
+pub use context::{Context, DeviceType};
+pub use dtype::{DType, ALL_DTYPES};
+pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
+
+use crate::engine::{engine, Var};
+use crate::error::Result;
+use buffer::Buffer;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Largest element count of one array, as in MXNet 1.9 without int64 tensor sizes.
+pub const MAX_SIZE: usize = i32::MAX as usize - 1;
+
+/// A view of an array.
+#[derive(Clone)]
+pub struct NDArray {
+    chunk: Arc<Chunk>,
+    shape: Vec<usize>,
+    dtype: DType,
+    ctx: Context,
+    stype: StorageType,
+    /// First element of the view in the chunk (dense views only).
+    offset: usize,
+}
+
+impl std::fmt::Debug for NDArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NDArray({:?} {} {} {})", self.shape, self.dtype.name(), self.ctx, self.stype.name())
+    }
+}
+
+/// Formats a shape as MXNet does: `(2,3)`.
+pub fn shape_string(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("({})", dims.join(","))
+}
+
+/// Number of elements of `shape`, refusing overflow and MXNet's size limit.
+pub fn checked_size(shape: &[usize]) -> Result<usize> {
+    let size = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    match size {
+        Some(s) if s <= MAX_SIZE => Ok(s),
+        _ => crate::bail!("shape {} has more than {MAX_SIZE} elements", shape_string(shape)),
+    }
+}
+
+/// The bytes of a view, read-locked while this lives.
+pub struct ReadView<'a> {
+    guard: parking_lot::RwLockReadGuard<'a, Payload>,
+    range: Option<Range<usize>>,
+}
+
+impl ReadView<'_> {
+    /// The view's bytes (dense: its range; sparse: the stored values).
+    pub fn bytes(&self) -> &[u8] {
+        let all = self.guard.data.bytes();
+        match &self.range {
+            Some(r) => &all[r.clone()],
+            None => all,
+        }
+    }
+}
+
+impl NDArray {
+    /// A dense array of zeros.
+    pub fn zeros(shape: &[usize], ctx: Context, dtype: DType) -> Result<NDArray> {
+        let size = checked_size(shape)?;
+        let payload = Payload {
+            data: Buffer::zeroed(size * dtype.size())?,
+            storage_shape: shape.to_vec(),
+            aux: Vec::new(),
+        };
+        Ok(NDArray::from_payload(payload, shape, ctx, dtype, StorageType::Default))
+    }
+
+    fn from_payload(payload: Payload, shape: &[usize], ctx: Context, dtype: DType, stype: StorageType) -> NDArray {
+        NDArray { chunk: Arc::new(Chunk::new(payload)), shape: shape.to_vec(), dtype, ctx, stype, offset: 0 }
+    }
+
+    /// Logical shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Device context.
+    pub fn ctx(&self) -> Context {
+        self.ctx
+    }
+
+    /// Storage type.
+    pub fn stype(&self) -> StorageType {
+        self.stype
+    }
+
+    /// Number of elements of the logical shape.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The engine variable ordering the ops on this array's memory.
+    pub fn var(&self) -> &Var {
+        &self.chunk.var
+    }
+
+    /// Whether both views share memory.
+    pub fn same_chunk(&self, other: &NDArray) -> bool {
+        Arc::ptr_eq(&self.chunk, &other.chunk)
+    }
+
+    /// The same memory seen with another context label (MXNet's stores report `cpu_pinned(0)`).
+    pub fn with_context(mut self, ctx: Context) -> NDArray {
+        self.ctx = ctx;
+        self
+    }
+
+    fn byte_range(&self) -> Range<usize> {
+        let esz = self.dtype.size();
+        self.offset * esz..(self.offset + self.size()) * esz
+    }
+
+    /// Runs `f` on the view's bytes under the chunk's read lock (dense: the view's range;
+    /// sparse: the stored values). Callers order the access with the engine first.
+    pub fn read_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let payload = self.chunk.payload.read_recursive();
+        match self.stype {
+            StorageType::Default => f(&payload.data.bytes()[self.byte_range()]),
+            _ => f(payload.data.bytes()),
+        }
+    }
+
+    /// A read guard on the view's bytes, for kernels reading several arrays at once.
+    pub fn read_view(&self) -> ReadView<'_> {
+        let range = match self.stype {
+            StorageType::Default => Some(self.byte_range()),
+            _ => None,
+        };
+        ReadView { guard: self.chunk.payload.read_recursive(), range }
+    }
+
+    /// Runs `f` on the view's bytes under the chunk's write lock; see [`NDArray::read_bytes`].
+    pub fn write_bytes<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let mut payload = self.chunk.payload.write();
+        match self.stype {
+            StorageType::Default => {
+                let range = self.byte_range();
+                f(&mut payload.data.bytes_mut()[range])
+            }
+            _ => f(payload.data.bytes_mut()),
+        }
+    }
+
+    /// Bytes of the values held: the dense view, or a sparse array's stored rows.
+    pub fn data_byte_len(&self) -> usize {
+        match self.stype {
+            StorageType::Default => self.size() * self.dtype.size(),
+            _ => self.chunk.payload.read_recursive().data.len(),
+        }
+    }
+
+    /// Start of the view's values, for `MXNDArrayGetData`. Does not wait, as in MXNet.
+    pub fn data_ptr(&self) -> *mut u8 {
+        let mut payload = self.chunk.payload.write();
+        let offset = match self.stype {
+            StorageType::Default => self.byte_range().start,
+            _ => 0,
+        };
+        payload.data.as_mut_ptr().wrapping_add(offset)
+    }
+
+    /// Blocks until pending writes to this array have finished.
+    pub fn wait_to_read(&self) {
+        engine().wait_to_read(self.var());
+    }
+
+    /// Blocks until pending reads and writes of this array have finished.
+    pub fn wait_to_write(&self) {
+        engine().wait_to_write(self.var());
+    }
+
+    /// Copies host bytes (the array's dtype, `data_byte_len` long) in, after pending ops.
+    pub fn copy_from_host(&self, bytes: &[u8]) -> Result<()> {
+        engine().run_sync(&[], &[self.var()], || {
+            self.write_bytes(|dst| {
+                crate::ensure!(
+                    dst.len() == bytes.len(),
+                    "memory size mismatch: the array holds {} bytes, {} given",
+                    dst.len(),
+                    bytes.len()
+                );
+                dst.copy_from_slice(bytes);
+                Ok(())
+            })
+        })
+    }
+
+    /// Copies the values out to host bytes, after pending writes.
+    pub fn copy_to_host(&self, out: &mut [u8]) -> Result<()> {
+        engine().run_sync(&[self.var()], &[], || {
+            self.read_bytes(|src| {
+                crate::ensure!(
+                    src.len() == out.len(),
+                    "memory size mismatch: the array holds {} bytes, {} requested",
+                    src.len(),
+                    out.len()
+                );
+                out.copy_from_slice(src);
+                Ok(())
+            })
+        })
+    }
+
+    /// A view of rows `begin..end` of the first dimension (MXNet's `Slice`).
+    pub fn slice(&self, begin: usize, end: usize) -> Result<NDArray> {
+        self.require_dense("slice")?;
+        crate::ensure!(!self.shape.is_empty(), "cannot slice a 0-d array");
+        crate::ensure!(
+            begin < end && end <= self.shape[0],
+            "slice [{begin},{end}) is out of range for shape {}",
+            shape_string(&self.shape)
+        );
+        let row: usize = self.shape[1..].iter().product();
+        let mut view = self.clone();
+        view.shape[0] = end - begin;
+        view.offset += begin * row;
+        Ok(view)
+    }
+
+    /// A view of row `idx` with the first dimension removed (MXNet's `At`).
+    pub fn at(&self, idx: usize) -> Result<NDArray> {
+        let mut view = self.slice(idx, idx + 1)?;
+        if view.shape.len() > 1 {
+            view.shape.remove(0);
+        }
+        Ok(view)
+    }
+
+    /// A view with another shape of the same size (MXNet's `Reshape`).
+    pub fn reshape(&self, shape: &[usize]) -> Result<NDArray> {
+        self.require_dense("reshape")?;
+        let size = checked_size(shape)?;
+        crate::ensure!(
+            size == self.size(),
+            "cannot reshape {} to {}: sizes differ",
+            shape_string(&self.shape),
+            shape_string(shape)
+        );
+        let mut view = self.clone();
+        view.shape = shape.to_vec();
+        Ok(view)
+    }
+
+    pub(crate) fn require_dense(&self, what: &str) -> Result<()> {
+        crate::ensure!(
+            self.stype == StorageType::Default,
+            "{what} needs a dense array, this one is {}",
+            self.stype.name()
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32_array(values: &[f32], shape: &[usize]) -> NDArray {
+        let a = NDArray::zeros(shape, Context::cpu(0), DType::Float32).unwrap();
+        a.copy_from_host(bytemuck::cast_slice(values)).unwrap();
+        a
+    }
+
+    fn read_f32(a: &NDArray) -> Vec<f32> {
+        let mut out = vec![0f32; a.size()];
+        a.copy_to_host(bytemuck::cast_slice_mut(&mut out)).unwrap();
+        out
+    }
+
+    #[test]
+    fn views_share_memory_with_their_parent() {
+        let a = f32_array(&[0., 1., 2., 3., 4., 5.], &[3, 2]);
+        let row = a.at(1).unwrap();
+        assert_eq!(row.shape(), &[2]);
+        assert_eq!(read_f32(&row), vec![2., 3.]);
+        row.copy_from_host(bytemuck::cast_slice(&[9f32, 8.])).unwrap();
+        assert_eq!(read_f32(&a), vec![0., 1., 9., 8., 4., 5.]);
+        let flat = a.reshape(&[6]).unwrap();
+        assert_eq!(read_f32(&flat.slice(4, 6).unwrap()), vec![4., 5.]);
+        assert!(a.slice(2, 4).is_err());
+        assert!(a.reshape(&[4]).is_err());
+    }
+
+    #[test]
+    fn host_copies_check_sizes() {
+        let a = NDArray::zeros(&[2, 2], Context::cpu(0), DType::Float64).unwrap();
+        assert!(a.copy_from_host(&[0u8; 8]).is_err());
+        assert!(a.copy_from_host(&[0u8; 32]).is_ok());
+        assert!(checked_size(&[1 << 20, 1 << 20]).is_err());
+    }
+}

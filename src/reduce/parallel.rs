@@ -1,0 +1,77 @@
+//! Splitting big kernels over threads, sized by MXNet's environment variables.
+
+use once_cell::sync::Lazy;
+
+/// How reductions use threads: MXNet's `MXNET_KVSTORE_REDUCTION_NTHREADS` and
+/// `MXNET_KVSTORE_BIGARRAY_BOUND`.
+#[derive(Debug, Clone, Copy)]
+pub struct ReduceConfig {
+    /// Threads for one big reduction.
+    pub threads: usize,
+    /// Elements from which a reduction is split over threads.
+    pub bigarray_bound: usize,
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+static CONFIG: Lazy<ReduceConfig> = Lazy::new(|| {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    ReduceConfig {
+        threads: env_usize("MXNET_KVSTORE_REDUCTION_NTHREADS").filter(|&n| n > 0).unwrap_or(cores),
+        bigarray_bound: env_usize("MXNET_KVSTORE_BIGARRAY_BOUND").unwrap_or(1_000_000),
+    }
+});
+
+impl ReduceConfig {
+    /// The process's configuration, read once from the environment.
+    pub fn get() -> ReduceConfig {
+        *CONFIG
+    }
+
+    /// How many threads to use for `len` elements.
+    pub fn threads_for(&self, len: usize) -> usize {
+        if len >= self.bigarray_bound.max(1) && self.threads > 1 {
+            self.threads
+        } else {
+            1
+        }
+    }
+}
+
+/// Runs `f(offset, part)` on contiguous parts of `dst`, in parallel when `dst` is big. Part
+/// boundaries are multiples of 4096 elements so each part stays cache-line aligned.
+pub(crate) fn for_parts<T: Send>(dst: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
+    let n = dst.len();
+    let threads = ReduceConfig::get().threads_for(n);
+    if threads <= 1 || n < 2 * 4096 {
+        f(0, dst);
+        return;
+    }
+    let per = n.div_ceil(threads).div_ceil(4096) * 4096;
+    std::thread::scope(|scope| {
+        let f = &f;
+        let mut parts = dst.chunks_mut(per).enumerate();
+        let first = parts.next();
+        for (k, part) in parts {
+            scope.spawn(move || f(k * per, part));
+        }
+        if let Some((_, part)) = first {
+            f(0, part);
+        }
+    });
+}
+
+/// Copies `src` into `dst` (same length), over threads when big.
+pub(crate) fn copy(src: &[u8], dst: &mut [u8], elem_size: usize) {
+    let n = dst.len().min(src.len());
+    let elem_size = elem_size.max(1);
+    // Split on whole elements so the thresholds are counted in elements, like MXNet's.
+    let dst = &mut dst[..n];
+    if ReduceConfig::get().threads_for(n / elem_size) <= 1 {
+        dst.copy_from_slice(&src[..n]);
+        return;
+    }
+    for_parts(dst, |offset, part| part.copy_from_slice(&src[offset..offset + part.len()]));
+}

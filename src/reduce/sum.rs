@@ -1,0 +1,148 @@
+//! The element-wise sum of a key's values, in one pass over the sources.
+
+use super::element::Element;
+use super::parallel::for_parts;
+use crate::ndarray::buffer::{typed, typed_mut};
+use crate::ndarray::DType;
+
+/// How the sources are associated. For floats the grouping decides the rounding, so each store
+/// type follows the MXNet Comm it replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SumOrder {
+    /// MXNet's `CommCPU` (`local` stores): `s0 + (((s1 + s2) + s3) + s4)`, then blocks of four.
+    CpuComm,
+    /// MXNet's `CommDevice` (`device` stores): `((s0 + s1) + s2) + s3 ...`, left to right.
+    Serial,
+}
+
+/// `dst = Σ srcs` in `dtype`, every slice the same length in bytes. `srcs` must not be empty.
+pub fn sum_into(dtype: DType, order: SumOrder, dst: &mut [u8], srcs: &[&[u8]]) {
+    crate::with_element_type!(dtype, T => {
+        let srcs: Vec<&[T]> = srcs.iter().map(|s| typed::<T>(s)).collect();
+        sum_typed::<T>(order, typed_mut::<T>(dst), &srcs)
+    })
+}
+
+fn sum_typed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
+    for_parts(dst, |offset, part| {
+        let end = offset + part.len();
+        let parts: Vec<&[T]> = srcs.iter().map(|s| &s[offset..end]).collect();
+        sum_serial(order, part, &parts);
+    });
+}
+
+fn sum_serial<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
+    let Some((first, rest)) = srcs.split_first() else { return };
+    if rest.is_empty() {
+        dst.copy_from_slice(&first[..dst.len()]);
+        return;
+    }
+    // The first pass reads s0 as its head; later passes accumulate into dst in place.
+    let block = match order {
+        SumOrder::CpuComm => 4,
+        SumOrder::Serial => 3,
+    };
+    let mut head = Some(*first);
+    for group in rest.chunks(block) {
+        match group {
+            [a] => pass(order, dst, head, [*a]),
+            [a, b] => pass(order, dst, head, [*a, *b]),
+            [a, b, c] => pass(order, dst, head, [*a, *b, *c]),
+            [a, b, c, d] => pass(order, dst, head, [*a, *b, *c, *d]),
+            _ => unreachable!("chunks of at most four"),
+        }
+        head = None;
+    }
+}
+
+/// `dst[i] = combine(head[i] or dst[i], group[..][i])` for one group of `K` sources.
+#[inline(always)]
+fn pass<T: Element, const K: usize>(order: SumOrder, dst: &mut [T], head: Option<&[T]>, group: [&[T]; K]) {
+    let n = dst.len();
+    let group: [&[T]; K] = group.map(|s| &s[..n]);
+    match head {
+        Some(h) => {
+            let h = &h[..n];
+            for i in 0..n {
+                dst[i] = combine(order, h[i], group.map(|s| s[i]));
+            }
+        }
+        None => {
+            for i in 0..n {
+                dst[i] = combine(order, dst[i], group.map(|s| s[i]));
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn combine<T: Element, const K: usize>(order: SumOrder, head: T, values: [T; K]) -> T {
+    match order {
+        SumOrder::CpuComm => {
+            let mut block = values[0];
+            for v in &values[1..] {
+                block = block.add(*v);
+            }
+            head.add(block)
+        }
+        SumOrder::Serial => values.iter().fold(head, |acc, v| acc.add(*v)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ndarray::buffer::Buffer;
+
+    fn buf_f32(v: &[f32]) -> Buffer {
+        let mut b = Buffer::zeroed(v.len() * 4).unwrap();
+        typed_mut::<f32>(b.bytes_mut()).copy_from_slice(v);
+        b
+    }
+
+    fn sum_f32(order: SumOrder, values: &[f32]) -> f32 {
+        let bufs: Vec<Buffer> = values.iter().map(|v| buf_f32(&[*v])).collect();
+        let srcs: Vec<&[u8]> = bufs.iter().map(|b| b.bytes()).collect();
+        let mut dst = Buffer::zeroed(4).unwrap();
+        sum_into(DType::Float32, order, dst.bytes_mut(), &srcs);
+        typed::<f32>(dst.bytes())[0]
+    }
+
+    #[test]
+    fn association_follows_each_comm() {
+        // 1e8 + 1 - 1e8 + 1 differs with the grouping.
+        let v = [1.0e8f32, 1.0, -1.0e8, 1.0];
+        assert_eq!(sum_f32(SumOrder::CpuComm, &v), 1.0e8f32 + ((1.0f32 + -1.0e8f32) + 1.0f32));
+        assert_eq!(sum_f32(SumOrder::Serial, &v), ((1.0e8f32 + 1.0) + -1.0e8) + 1.0);
+        assert_ne!(sum_f32(SumOrder::CpuComm, &v), sum_f32(SumOrder::Serial, &v));
+    }
+
+    #[test]
+    fn many_sources_are_summed_exactly_in_every_grouping() {
+        for n in 1..=13 {
+            let values: Vec<f32> = (1..=n).map(|i| i as f32).collect();
+            let expect = (n * (n + 1) / 2) as f32;
+            assert_eq!(sum_f32(SumOrder::CpuComm, &values), expect, "n={n}");
+            assert_eq!(sum_f32(SumOrder::Serial, &values), expect, "n={n}");
+        }
+    }
+
+    #[test]
+    fn integer_sums_wrap_like_cpp() {
+        let a = [200u8, 100];
+        let b = [100u8, 1];
+        let mut dst = [0u8; 2];
+        sum_into(DType::Uint8, SumOrder::CpuComm, &mut dst, &[&a, &b]);
+        assert_eq!(dst, [44, 101]);
+    }
+
+    #[test]
+    fn big_sums_split_over_threads_match_serial() {
+        let n = 3_000_011;
+        let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
+        let b: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
+        let mut dst = vec![0f32; n];
+        sum_typed(SumOrder::CpuComm, &mut dst, &[&a, &b, &a]);
+        assert!(dst.iter().enumerate().all(|(i, &d)| d == (2 * (i % 97) + i % 13) as f32));
+    }
+}

@@ -1,0 +1,317 @@
+//! The key-value store of MXNet's `local` and `device` types: init, push (sum, then updater or
+//! assignment), pull, push-pull and broadcast, with int or string keys.
+
+mod keys;
+mod kind;
+mod plan;
+mod updater;
+
+pub use keys::{KeyRegistry, KeyType, Keys};
+pub use kind::StoreKind;
+pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
+
+use crate::engine::engine;
+use crate::error::Result;
+use crate::ndarray::{Context, NDArray};
+use crate::reduce::{sum_into, SumOrder};
+use parking_lot::{Mutex, ReentrantMutex, RwLock};
+use plan::PushGroup;
+use std::collections::HashMap;
+use std::ffi::CString;
+
+/// Where stores keep values, as MXNet's do (`Comm::pinned_ctx_`).
+pub const STORE_CONTEXT: Context = Context::cpu_pinned(0);
+
+/// A stored key.
+pub(crate) struct Entry {
+    stored: NDArray,
+    /// Reused buffer for the sum handed to an updater when several values are pushed.
+    merge: Option<NDArray>,
+}
+
+#[derive(Default)]
+struct State {
+    keys: KeyRegistry,
+    entries: HashMap<i32, Entry>,
+    compression: Option<Vec<(String, String)>>,
+    barrier_before_exit: bool,
+}
+
+/// A store.
+pub struct KVStore {
+    type_name: CString,
+    kind: StoreKind,
+    state: Mutex<State>,
+    updaters: RwLock<Updaters>,
+    // Held across a whole push, updater calls included, so that concurrent pushes cannot
+    // overwrite a merge buffer an updater is reading. Re-entrant: an updater may push.
+    push_lock: ReentrantMutex<()>,
+}
+
+impl KVStore {
+    /// A store of MXNet type `type_name` (matched lower-cased, as MXNet does).
+    pub fn new(type_name: &str) -> Result<KVStore> {
+        let lower = type_name.to_lowercase();
+        let kind = StoreKind::from_name(&lower)?;
+        let type_name = CString::new(lower).map_err(|_| crate::Error::new("store type contains a NUL byte"))?;
+        Ok(KVStore {
+            type_name,
+            kind,
+            state: Mutex::new(State::default()),
+            updaters: RwLock::new(Updaters::default()),
+            push_lock: ReentrantMutex::new(()),
+        })
+    }
+
+    /// The lower-cased type name.
+    pub fn type_name(&self) -> &CString {
+        &self.type_name
+    }
+
+    /// The reduction kind.
+    pub fn kind(&self) -> StoreKind {
+        self.kind
+    }
+
+    fn sum_order(&self) -> SumOrder {
+        match self.kind {
+            StoreKind::Local => SumOrder::CpuComm,
+            StoreKind::Device => SumOrder::Serial,
+        }
+    }
+
+    /// How a key appears in messages: the user's int or string.
+    fn shown(keys: &KeyRegistry) -> impl Fn(i32) -> String + '_ {
+        move |id| match keys.key_type() {
+            Some(KeyType::Str) => keys.name(id).map_or(id.to_string(), |n| n.to_string_lossy().into_owned()),
+            _ => id.to_string(),
+        }
+    }
+
+    /// Stores deep copies of `values` under new keys.
+    pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
+        check_len(&keys, values.len())?;
+        let mut state = self.state.lock();
+        let mut registry = state.keys.clone();
+        let ids = registry.register(&keys)?;
+        let plan = plan::plan_init(&state.entries, &ids, &Self::shown(&registry), values)?;
+        state.keys = registry;
+        for (id, value) in plan {
+            let stored = value.deep_copy(STORE_CONTEXT, 0)?;
+            state.entries.insert(id, Entry { stored, merge: None });
+        }
+        Ok(())
+    }
+
+    /// Sums the values of each key and applies the updater, or stores the sum.
+    pub fn push(&self, keys: Keys, values: &[NDArray], priority: i32) -> Result<()> {
+        check_len(&keys, values.len())?;
+        let _serial = self.push_lock.lock();
+        let calls = {
+            let mut state = self.state.lock();
+            let ids = state.keys.lookup(&keys)?;
+            let plan = plan::plan_push(&state.entries, &ids, &Self::shown(&state.keys), values)?;
+            state.keys.fix_type(&keys);
+            self.schedule_push(&mut state, plan, priority)?
+        };
+        self.call_updaters(calls);
+        Ok(())
+    }
+
+    /// Copies the stored values into `outs`; sparse outputs are skipped when `ignore_sparse`.
+    pub fn pull(&self, keys: Keys, outs: &[NDArray], priority: i32, ignore_sparse: bool) -> Result<()> {
+        check_len(&keys, outs.len())?;
+        let mut state = self.state.lock();
+        let ids = state.keys.lookup(&keys)?;
+        let entries = &state.entries;
+        let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), &ids, &Self::shown(&state.keys), outs, ignore_sparse)?;
+        state.keys.fix_type(&keys);
+        schedule_copies(&copies, priority);
+        Ok(())
+    }
+
+    /// Pushes every value, then pulls every output: all pushes read their inputs before any
+    /// pull writes, so in-place use (`outs` = `values`) works.
+    pub fn push_pull(&self, vkeys: Keys, values: &[NDArray], okeys: Keys, outs: &[NDArray], priority: i32) -> Result<()> {
+        check_len(&vkeys, values.len())?;
+        check_len(&okeys, outs.len())?;
+        let _serial = self.push_lock.lock();
+        let (calls, copies) = {
+            let mut state = self.state.lock();
+            let vids = state.keys.lookup(&vkeys)?;
+            let oids = state.keys.lookup(&okeys)?;
+            let (plan, copies) = {
+                let shown = Self::shown(&state.keys);
+                let plan = plan::plan_push(&state.entries, &vids, &shown, values)?;
+                let entries = &state.entries;
+                let lookup = |id: i32| entries.get(&id).map(|e| e.stored.clone());
+                (plan, plan::plan_pull(&lookup, &oids, &shown, outs, true)?)
+            };
+            state.keys.fix_type(&vkeys);
+            state.keys.fix_type(&okeys);
+            (self.schedule_push(&mut state, plan, priority)?, copies)
+        };
+        self.call_updaters(calls);
+        schedule_copies(&copies, priority);
+        Ok(())
+    }
+
+    /// Initialises `vkeys` with `values`, then pulls `okeys` into `outs`.
+    pub fn broadcast(&self, vkeys: Keys, values: &[NDArray], okeys: Keys, outs: &[NDArray], priority: i32) -> Result<()> {
+        check_len(&vkeys, values.len())?;
+        check_len(&okeys, outs.len())?;
+        let mut state = self.state.lock();
+        let mut registry = state.keys.clone();
+        let vids = registry.register(&vkeys)?;
+        let oids = registry.lookup(&okeys)?;
+        let shown = Self::shown(&registry);
+        let inits = plan::plan_init(&state.entries, &vids, &shown, values)?;
+        let stored: Vec<(i32, NDArray)> = inits
+            .iter()
+            .map(|(id, v)| Ok((*id, NDArray::zeros(v.shape(), STORE_CONTEXT, v.dtype())?)))
+            .collect::<Result<_>>()?;
+        let entries = &state.entries;
+        let lookup = |id: i32| {
+            stored.iter().find(|(i, _)| *i == id).map(|(_, s)| s.clone()).or_else(|| entries.get(&id).map(|e| e.stored.clone()))
+        };
+        let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
+        drop(shown);
+        registry.fix_type(&okeys);
+        state.keys = registry;
+        for ((id, value), (_, dst)) in inits.iter().zip(stored) {
+            value.schedule_copy_to(&dst, priority);
+            state.entries.insert(*id, Entry { stored: dst, merge: None });
+        }
+        schedule_copies(&copies, priority);
+        Ok(())
+    }
+
+    /// Installs the updaters (`None` resets to assignment).
+    pub fn set_updaters(&self, updaters: Updaters) {
+        *self.updaters.write() = updaters;
+    }
+
+    /// Installs only the int updater, keeping a string updater set earlier (as MXNet does).
+    pub fn set_int_updater(&self, updater: Option<IntUpdater>) {
+        self.updaters.write().int = updater;
+    }
+
+    /// Records gradient-compression parameters after checking them as MXNet 1.9 does.
+    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
+        let mut kind = None;
+        let mut threshold = 0.5f64;
+        for (k, v) in params {
+            match k.as_str() {
+                "type" => kind = Some(v.as_str()),
+                "threshold" => {
+                    threshold = v.trim().parse().map_err(|_| crate::Error::new(format!("threshold '{v}' is not a number")))?
+                }
+                _ => {} // MXNet ignores unknown keys (InitAllowUnknown).
+            }
+        }
+        let Some(kind) = kind else { crate::bail!("gradient compression needs the parameter 'type'") };
+        crate::ensure!(threshold > 0.0, "threshold must be greater than 0 (got {threshold})");
+        crate::ensure!(kind == "2bit", "Unknown type for gradient compression {kind}");
+        crate::ensure!(
+            self.kind == StoreKind::Local,
+            "gradient compression on '{}' stores is not supported yet",
+            self.type_name.to_string_lossy()
+        );
+        // MXNet's CommCPU accepts and ignores compression: so does a local store here.
+        self.state.lock().compression = Some(params.to_vec());
+        Ok(())
+    }
+
+    /// Row-sparse pulls: checks the keys, then refuses (row_sparse values land with their own
+    /// issue).
+    pub fn pull_row_sparse(&self, keys: Keys) -> Result<()> {
+        self.state.lock().keys.lookup(&keys)?;
+        crate::bail!("row_sparse_pull is not supported by libkvstore yet")
+    }
+
+    /// Records whether freeing a distributed store waits at a barrier (no effect locally).
+    pub fn set_barrier_before_exit(&self, barrier: bool) {
+        self.state.lock().barrier_before_exit = barrier;
+    }
+
+    /// Rank of this worker: 0 for local stores.
+    pub fn rank(&self) -> i32 {
+        0
+    }
+
+    /// Number of workers: 1 for local stores.
+    pub fn group_size(&self) -> i32 {
+        1
+    }
+
+    /// Schedules the sums of a checked push; returns the updater calls to make, if any.
+    fn schedule_push(&self, state: &mut State, plan: Vec<PushGroup>, priority: i32) -> Result<Vec<UpdaterCall>> {
+        let updaters = self.updaters.read().clone();
+        let string_keys = state.keys.key_type() == Some(KeyType::Str);
+        if !updaters.active(string_keys) {
+            for g in plan {
+                schedule_sum(self.sum_order(), g.values, g.stored.clone(), priority);
+            }
+            return Ok(Vec::new());
+        }
+        let mut calls = Vec::with_capacity(plan.len());
+        for g in plan {
+            let recv = if g.values.len() == 1 {
+                // MXNet hands a single pushed value to the updater as it is.
+                g.values[0].clone()
+            } else {
+                let entry = state.entries.get_mut(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
+                if entry.merge.is_none() {
+                    entry.merge = Some(NDArray::zeros(g.stored.shape(), STORE_CONTEXT, g.stored.dtype())?);
+                }
+                let merge = entry.merge.clone().ok_or_else(|| crate::Error::new("merge buffer missing"))?;
+                schedule_sum(self.sum_order(), g.values, merge.clone(), priority);
+                merge
+            };
+            let key = updaters.key_for(g.id, state.keys.name(g.id).filter(|_| string_keys));
+            calls.push(UpdaterCall { key, recv, local: g.stored, updaters: updaters.clone() });
+        }
+        Ok(calls)
+    }
+
+    /// Calls the updaters on the calling thread, with no store lock held: an updater may call
+    /// back into the library. Each waits until its inputs are ready, so it may read raw data.
+    fn call_updaters(&self, calls: Vec<UpdaterCall>) {
+        for c in calls {
+            c.recv.wait_to_read();
+            c.local.wait_to_write();
+            c.updaters.call(&c.key, c.recv, c.local);
+        }
+    }
+}
+
+struct UpdaterCall {
+    key: UpdaterKey,
+    recv: NDArray,
+    local: NDArray,
+    updaters: Updaters,
+}
+
+fn check_len(keys: &Keys, n: usize) -> Result<()> {
+    crate::ensure!(keys.len() == n, "{} keys but {} values", keys.len(), n);
+    Ok(())
+}
+
+/// Schedules `dst = Σ values` (values already checked against `dst`, none sharing its memory).
+fn schedule_sum(order: SumOrder, values: Vec<NDArray>, dst: NDArray, priority: i32) {
+    let reads: Vec<&crate::engine::Var> = values.iter().map(|v| v.var()).collect();
+    let writes = [dst.var()];
+    let (values_c, dst_c) = (values.clone(), dst.clone());
+    engine().push(&reads, &writes, priority, Box::new(move || {
+        let views: Vec<_> = values_c.iter().map(|v| v.read_view()).collect();
+        let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
+        let dtype = dst_c.dtype();
+        dst_c.write_bytes(|d| sum_into(dtype, order, d, &srcs));
+    }));
+}
+
+fn schedule_copies(copies: &[(NDArray, NDArray)], priority: i32) {
+    for (src, dst) in copies {
+        src.schedule_copy_to(dst, priority);
+    }
+}

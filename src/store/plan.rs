@@ -1,0 +1,154 @@
+//! Validation of a call before anything changes: every check runs first and yields a plan, so
+//! a bad input fails with the store exactly as it was.
+
+use super::Entry;
+use crate::error::Result;
+use crate::ndarray::{shape_string, NDArray, StorageType};
+use std::collections::HashMap;
+
+/// One key of a push: its internal id, the pushed values (in argument order) and the stored value.
+pub(crate) struct PushGroup {
+    pub id: i32,
+    pub values: Vec<NDArray>,
+    pub stored: NDArray,
+}
+
+/// Groups `(id, value)` pairs by id in ascending id order, keeping argument order within a group.
+pub(crate) fn group<T: Clone>(ids: &[i32], items: &[T]) -> Vec<(i32, Vec<T>)> {
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by_key(|&i| ids[i]);
+    let mut groups: Vec<(i32, Vec<T>)> = Vec::new();
+    for i in order {
+        match groups.last_mut() {
+            Some((id, items_of)) if *id == ids[i] => items_of.push(items[i].clone()),
+            _ => groups.push((ids[i], vec![items[i].clone()])),
+        }
+    }
+    groups
+}
+
+/// The message for a key that was never initialised.
+pub(crate) fn not_inited(shown: &str) -> crate::Error {
+    crate::Error::new(format!("key {shown} has not been inited"))
+}
+
+/// Checks a push: every key initialised, every value dense with the stored shape and dtype.
+pub(crate) fn plan_push(
+    entries: &HashMap<i32, Entry>,
+    ids: &[i32],
+    shown: &dyn Fn(i32) -> String,
+    values: &[NDArray],
+) -> Result<Vec<PushGroup>> {
+    let mut plan = Vec::new();
+    for (id, vals) in group(ids, values) {
+        let entry = entries.get(&id).ok_or_else(|| not_inited(&shown(id)))?;
+        let stored = &entry.stored;
+        for v in &vals {
+            match v.stype() {
+                StorageType::Default => {}
+                StorageType::RowSparse => crate::bail!(
+                    "pushing row_sparse values to key {} is not supported yet",
+                    shown(id)
+                ),
+                other => crate::bail!(
+                    "Unexpected storage type detected during kvstore push: {} (key {})",
+                    other.name(),
+                    shown(id)
+                ),
+            }
+            crate::ensure!(
+                v.shape() == stored.shape(),
+                "shape mismatch for key {}: the stored value has shape {}, the pushed value {}",
+                shown(id),
+                shape_string(stored.shape()),
+                shape_string(v.shape())
+            );
+            crate::ensure!(
+                v.dtype() == stored.dtype(),
+                "dtype mismatch for key {}: the stored value is {}, the pushed value {}",
+                shown(id),
+                stored.dtype().name(),
+                v.dtype().name()
+            );
+        }
+        plan.push(PushGroup { id, values: vals, stored: stored.clone() });
+    }
+    Ok(plan)
+}
+
+/// Checks a pull and returns the `(stored, output)` copies to make. Sparse outputs are skipped
+/// when `ignore_sparse`, before the key is checked, as in MXNet.
+pub(crate) fn plan_pull(
+    lookup: &dyn Fn(i32) -> Option<NDArray>,
+    ids: &[i32],
+    shown: &dyn Fn(i32) -> String,
+    outs: &[NDArray],
+    ignore_sparse: bool,
+) -> Result<Vec<(NDArray, NDArray)>> {
+    let mut copies = Vec::new();
+    for (id, outs_of) in group(ids, outs) {
+        let outs_of: Vec<NDArray> = outs_of
+            .into_iter()
+            .filter(|o| o.stype() == StorageType::Default || !ignore_sparse)
+            .collect();
+        if outs_of.is_empty() {
+            continue;
+        }
+        let stored = lookup(id).ok_or_else(|| not_inited(&shown(id)))?;
+        for out in outs_of {
+            crate::ensure!(
+                out.stype() == StorageType::Default,
+                "pulling key {} into a {} output is not supported yet",
+                shown(id),
+                out.stype().name()
+            );
+            crate::ensure!(
+                out.shape() == stored.shape(),
+                "shape mismatch for key {}: the stored value has shape {}, the output {}",
+                shown(id),
+                shape_string(stored.shape()),
+                shape_string(out.shape())
+            );
+            copies.push((stored.clone(), out));
+        }
+    }
+    Ok(copies)
+}
+
+/// Checks an init: new keys, distinct within the call, dense values.
+pub(crate) fn plan_init(
+    entries: &HashMap<i32, Entry>,
+    ids: &[i32],
+    shown: &dyn Fn(i32) -> String,
+    values: &[NDArray],
+) -> Result<Vec<(i32, NDArray)>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut plan = Vec::with_capacity(ids.len());
+    for (&id, v) in ids.iter().zip(values) {
+        crate::ensure!(
+            !entries.contains_key(&id) && seen.insert(id),
+            "duplicate init of key {}. Please double check if you called kv.init or kv.broadcast with this key multiple times",
+            shown(id)
+        );
+        crate::ensure!(
+            v.stype() == StorageType::Default,
+            "initialising key {} with a {} value is not supported yet",
+            shown(id),
+            v.stype().name()
+        );
+        plan.push((id, v.clone()));
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_in_ascending_key_order_and_keep_argument_order() {
+        let g = group(&[7, 3, 7, 5, 3], &["a", "b", "c", "d", "e"]);
+        assert_eq!(g, vec![(3, vec!["b", "e"]), (5, vec!["d"]), (7, vec!["a", "c"])]);
+        assert!(group::<u8>(&[], &[]).is_empty());
+    }
+}
