@@ -31,7 +31,7 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Wraps the body of an export: `ffi_boundary!("MXName", { ...; Ok(()) })`.
+/// Wraps the body of an export: `ffi_boundary!(<C name literal>, { ...; Ok(()) })`.
 macro_rules! ffi_boundary {
     ($name:literal, $body:block) => {
         $crate::ffi::boundary::call($name, || -> $crate::error::Result<()> { $body })

@@ -2,11 +2,18 @@
 //! the next failure on the same thread (success does not clear it, as in MXNet).
 
 use std::cell::RefCell;
-use std::ffi::CString;
 use std::os::raw::c_char;
 
+/// Messages are cut to this many bytes, so the buffer never moves: a pointer a caller took
+/// earlier (C evaluates arguments in any order) still points at a valid string.
+const CAPACITY: usize = 4096;
+
 thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static LAST_ERROR: RefCell<Vec<u8>> = RefCell::new({
+        let mut buf = Vec::with_capacity(CAPACITY);
+        buf.push(0);
+        buf
+    });
 }
 
 /// Records `message` as the error of call `name`. Never panics.
@@ -14,11 +21,21 @@ thread_local! {
 pub(crate) fn set(name: &str, message: &str) {
     // "MXNetError: " first: MXNet's Python maps the text before the first colon to an
     // exception class, and MXNetError is what its tests expect from the store.
-    let text = format!("MXNetError: {name}: {message}").replace('\0', " ");
-    let text = CString::new(text).unwrap_or_default();
+    let text = format!("MXNetError: {name}: {message}");
+    let mut bytes: Vec<u8> = text.bytes().map(|b| if b == 0 { b' ' } else { b }).collect();
+    if bytes.len() >= CAPACITY {
+        let mut cut = CAPACITY - 4;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        bytes.truncate(cut);
+        bytes.extend_from_slice(b"...");
+    }
     let _ = LAST_ERROR.try_with(|e| {
         if let Ok(mut e) = e.try_borrow_mut() {
-            *e = text;
+            e.clear();
+            e.extend_from_slice(&bytes);
+            e.push(0);
         }
     });
 }
@@ -26,11 +43,25 @@ pub(crate) fn set(name: &str, message: &str) {
 /// The last error of this thread, valid until the next failing call on this thread.
 pub(crate) fn as_ptr() -> *const c_char {
     LAST_ERROR
-        .try_with(|e| e.try_borrow().map(|e| e.as_ptr()).unwrap_or(c"".as_ptr()))
+        .try_with(|e| e.try_borrow().map(|e| e.as_ptr() as *const c_char).unwrap_or(c"".as_ptr()))
         .unwrap_or(c"".as_ptr())
 }
 
 #[cfg(test)]
 pub(crate) fn get_for_test() -> String {
-    LAST_ERROR.with(|e| e.borrow().to_string_lossy().into_owned())
+    LAST_ERROR.with(|e| String::from_utf8_lossy(e.borrow().split(|&b| b == 0).next().unwrap_or(&[])).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_buffer_does_not_move_and_long_messages_are_cut() {
+        let before = as_ptr();
+        set("MXTest", &"x".repeat(10_000));
+        assert_eq!(as_ptr(), before);
+        let msg = get_for_test();
+        assert!(msg.starts_with("MXNetError: MXTest: xxx") && msg.ends_with("...") && msg.len() < CAPACITY);
+    }
 }

@@ -48,6 +48,12 @@ pub struct KVStore {
     push_lock: ReentrantMutex<()>,
 }
 
+impl std::fmt::Debug for KVStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KVStore({})", self.type_name.to_string_lossy())
+    }
+}
+
 impl KVStore {
     /// A store of MXNet type `type_name` (matched lower-cased, as MXNet does).
     pub fn new(type_name: &str) -> Result<KVStore> {
@@ -315,3 +321,6 @@ fn schedule_copies(copies: &[(NDArray, NDArray)], priority: i32) {
         src.schedule_copy_to(dst, priority);
     }
 }
+
+#[cfg(test)]
+mod tests;

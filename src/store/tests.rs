@@ -1,0 +1,163 @@
+//! The store's semantics, tested through the safe core.
+
+use super::*;
+use crate::ndarray::DType;
+use std::sync::Arc;
+
+fn filled(value: f32, n: usize, dev: i32) -> NDArray {
+    let a = NDArray::zeros(&[n], Context::cpu(dev), DType::Float32).unwrap();
+    a.copy_from_host(bytemuck::cast_slice(&vec![value; n])).unwrap();
+    a
+}
+
+fn read(a: &NDArray) -> Vec<f32> {
+    let mut out = vec![0f32; a.size()];
+    a.copy_to_host(bytemuck::cast_slice_mut(&mut out)).unwrap();
+    out
+}
+
+fn pull_one(kv: &KVStore, key: i32, n: usize) -> Vec<f32> {
+    let out = filled(-1.0, n, 0);
+    kv.pull(Keys::Int(&[key]), &[out.clone()], 0, true).unwrap();
+    read(&out)
+}
+
+#[test]
+fn init_deep_copies_and_push_sums_then_assigns() {
+    let kv = KVStore::new("local").unwrap();
+    let v = filled(2.0, 3, 0);
+    kv.init(Keys::Int(&[3]), &[v.clone()]).unwrap();
+    v.copy_from_host(bytemuck::cast_slice(&[9f32; 3])).unwrap();
+    assert_eq!(pull_one(&kv, 3, 3), vec![2.0; 3]);
+    let vals: Vec<NDArray> = (0..4).map(|d| filled(1.0, 3, d)).collect();
+    kv.push(Keys::Int(&[3, 3, 3, 3]), &vals, 0).unwrap();
+    assert_eq!(pull_one(&kv, 3, 3), vec![4.0; 3]);
+    // Assignment copies: changing the pushed array later does not change the store.
+    let single = filled(8.0, 3, 0);
+    kv.push(Keys::Int(&[3]), &[single.clone()], 0).unwrap();
+    single.copy_from_host(bytemuck::cast_slice(&[0f32; 3])).unwrap();
+    assert_eq!(pull_one(&kv, 3, 3), vec![8.0; 3]);
+}
+
+#[test]
+fn bad_pushes_fail_and_leave_the_store_unchanged() {
+    let kv = KVStore::new("local").unwrap();
+    kv.init(Keys::Int(&[1, 2]), &[filled(1.0, 4, 0), filled(2.0, 4, 0)]).unwrap();
+    let wrong_shape = filled(5.0, 3, 0);
+    let err = kv.push(Keys::Int(&[2, 1]), &[filled(7.0, 4, 0), wrong_shape], 0).unwrap_err();
+    assert!(err.message().contains("shape mismatch for key 1"), "{err}");
+    let wrong_dtype = NDArray::zeros(&[4], Context::cpu(0), DType::Float64).unwrap();
+    assert!(kv.push(Keys::Int(&[1]), &[wrong_dtype], 0).unwrap_err().message().contains("dtype mismatch"));
+    assert_eq!(pull_one(&kv, 1, 4), vec![1.0; 4]);
+    assert_eq!(pull_one(&kv, 2, 4), vec![2.0; 4], "a failing call pushes nothing, not even its valid keys");
+    assert!(kv.push(Keys::Int(&[9]), &[filled(1.0, 4, 0)], 0).unwrap_err().message().contains("key 9 has not been inited"));
+    kv.init(Keys::Int(&[9]), &[filled(3.0, 4, 0)]).unwrap();
+    assert_eq!(pull_one(&kv, 9, 4), vec![3.0; 4], "a key that failed to push can still be initialised");
+    assert!(kv.init(Keys::Int(&[10, 1]), &[filled(0.0, 4, 0), filled(0.0, 4, 0)]).is_err());
+    assert!(kv.pull(Keys::Int(&[10]), &[filled(0.0, 4, 0)], 0, true).is_err(), "a failing init initialises nothing");
+}
+
+#[test]
+fn updater_receives_sums_in_ascending_key_order() {
+    let kv = KVStore::new("local").unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    kv.set_int_updater(Some(Arc::new(move |key, recv: NDArray, local: NDArray| {
+        let (r, mut l) = (read(&recv), read(&local));
+        for (x, y) in l.iter_mut().zip(&r) {
+            *x += 2.0 * y;
+        }
+        local.copy_from_host(bytemuck::cast_slice(&l)).unwrap();
+        s.lock().push((key, r[0]));
+    })));
+    kv.init(Keys::Int(&[9, 5, 7]), &[filled(1.0, 2, 0), filled(1.0, 2, 0), filled(1.0, 2, 0)]).unwrap();
+    let vals: Vec<NDArray> = (0..6).map(|d| filled(1.0, 2, d % 4)).collect();
+    kv.push(Keys::Int(&[9, 7, 5, 9, 7, 5]), &vals, 0).unwrap();
+    assert_eq!(*seen.lock(), vec![(5, 2.0), (7, 2.0), (9, 2.0)]);
+    assert_eq!(pull_one(&kv, 7, 2), vec![5.0; 2]);
+    kv.set_int_updater(None);
+    kv.push(Keys::Int(&[7]), &[filled(6.0, 2, 0)], 0).unwrap();
+    assert_eq!(pull_one(&kv, 7, 2), vec![6.0; 2], "no updater: assignment again");
+}
+
+#[test]
+fn string_store_with_only_an_int_updater_passes_internal_ids() {
+    let kv = KVStore::new("local").unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    kv.set_int_updater(Some(Arc::new(move |key, _recv, _local| s.lock().push(key))));
+    kv.init(Keys::Str(&["b", "a"]), &[filled(0.0, 1, 0), filled(0.0, 1, 0)]).unwrap();
+    kv.push(Keys::Str(&["a", "b"]), &[filled(1.0, 1, 0), filled(1.0, 1, 0)], 0).unwrap();
+    assert_eq!(*seen.lock(), vec![0, 1], "b was initialised first, so it is id 0");
+    let names = Arc::new(Mutex::new(Vec::new()));
+    let n = Arc::clone(&names);
+    kv.set_updaters(Updaters {
+        int: None,
+        string: Some(Arc::new(move |key: &std::ffi::CStr, _r, _l| n.lock().push(key.to_str().unwrap().to_string()))),
+    });
+    kv.push(Keys::Str(&["a", "b"]), &[filled(1.0, 1, 0), filled(1.0, 1, 0)], 0).unwrap();
+    assert_eq!(*names.lock(), vec!["b".to_string(), "a".to_string()]);
+    assert!(kv.push(Keys::Int(&[0]), &[filled(1.0, 1, 0)], 0).unwrap_err().message().contains("Mixed key types"));
+}
+
+#[test]
+fn push_pull_in_place_reads_every_input_before_writing() {
+    let kv = KVStore::new("device").unwrap();
+    let keys = [1, 2, 3];
+    kv.init(Keys::Int(&keys), &[filled(0.0, 5, 0), filled(0.0, 5, 0), filled(0.0, 5, 0)]).unwrap();
+    let arrays: Vec<NDArray> = (0..4).map(|d| filled(2.0, 5, d)).collect();
+    let (mut vkeys, mut vals) = (Vec::new(), Vec::new());
+    for k in keys {
+        for a in &arrays {
+            vkeys.push(k);
+            vals.push(a.clone());
+        }
+    }
+    kv.push_pull(Keys::Int(&vkeys), &vals, Keys::Int(&vkeys), &vals, 0).unwrap();
+    for a in &arrays {
+        assert_eq!(read(a), vec![8.0; 5]);
+    }
+}
+
+#[test]
+fn broadcast_initialises_then_pulls_and_refuses_existing_keys() {
+    let kv = KVStore::new("local").unwrap();
+    let outs = [filled(0.0, 2, 0), filled(0.0, 2, 1)];
+    kv.broadcast(Keys::Str(&["w"]), &[filled(3.0, 2, 0)], Keys::Str(&["w", "w"]), &outs, 0).unwrap();
+    assert_eq!(read(&outs[1]), vec![3.0; 2]);
+    let err = kv.broadcast(Keys::Str(&["w"]), &[filled(1.0, 2, 0)], Keys::Str(&["w"]), &outs[..1], 0).unwrap_err();
+    assert!(err.message().contains("duplicate init of key w"), "{err}");
+    let err = kv.broadcast(Keys::Str(&["v"]), &[filled(1.0, 2, 0)], Keys::Str(&["zz"]), &outs[..1], 0).unwrap_err();
+    assert!(err.message().contains("zz doesn't exist"), "{err}");
+    assert!(kv.pull(Keys::Str(&["v"]), &outs[..1], 0, true).is_err(), "the failed broadcast registered nothing");
+}
+
+#[test]
+fn concurrent_pushes_with_an_updater_lose_no_update() {
+    let kv = Arc::new(KVStore::new("local").unwrap());
+    kv.set_int_updater(Some(Arc::new(|_key, recv: NDArray, local: NDArray| {
+        let (r, mut l) = (read(&recv), read(&local));
+        for (x, y) in l.iter_mut().zip(&r) {
+            *x += y;
+        }
+        local.copy_from_host(bytemuck::cast_slice(&l)).unwrap();
+    })));
+    kv.init(Keys::Int(&[0, 1, 2, 3, 100]), &(0..5).map(|_| filled(0.0, 64, 0)).collect::<Vec<_>>()).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let kv = Arc::clone(&kv);
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    kv.push(Keys::Int(&[t, 100, 100]), &[filled(1.0, 64, 0), filled(1.0, 64, 1), filled(2.0, 64, 2)], 0).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for t in 0..4 {
+        assert_eq!(pull_one(&kv, t, 64), vec![50.0; 64]);
+    }
+    assert_eq!(pull_one(&kv, 100, 64), vec![600.0; 64]);
+}

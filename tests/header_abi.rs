@@ -1,0 +1,79 @@
+//! The generated header against MXNet 1.9's own `c_api.h`: compiled together in C11 and
+//! C++11, gcc refuses any prototype or typedef that is not type-identical. A deliberately
+//! wrong prototype must be refused too, or the check proves nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// MXNet's include directory from the reference wheel (`MXNET_LIBRARY` points at its
+/// libmxnet.so), if present.
+fn mxnet_include() -> Option<PathBuf> {
+    let lib = std::env::var_os("MXNET_LIBRARY")?;
+    let dir = Path::new(&lib).parent()?.join("include");
+    dir.join("mxnet/c_api.h").exists().then_some(dir)
+}
+
+fn compile(compiler: &str, std: &str, ext: &str, source: &str, include: &Path) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("kvstore-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("abi_{std}_{}.{ext}", source.len()));
+    std::fs::write(&file, source).unwrap();
+    let header_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let out = Command::new(compiler)
+        .args([&format!("-std={std}"), "-Wall", "-Wextra", "-Werror", "-fsyntax-only"])
+        .arg("-I")
+        .arg(&header_dir)
+        .arg("-I")
+        .arg(include)
+        .arg(&file)
+        .output()
+        .expect("run the C compiler");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+const BOTH: &str = "#include \"kvstore.h\"\n#include <mxnet/c_api.h>\n#include \"kvstore.h\"\nint main(void) { return 0; }\n";
+
+#[test]
+fn header_is_type_identical_to_mxnet_c_api_h() {
+    let Some(include) = mxnet_include() else {
+        assert!(std::env::var("KVSTORE_REQUIRE_REFERENCE").is_err(), "MXNET_LIBRARY must point at the reference libmxnet.so");
+        eprintln!("skipped: reference libmxnet.so (MXNET_LIBRARY) not found");
+        return;
+    };
+    for (compiler, std, ext) in [("cc", "c11", "c"), ("c++", "c++11", "cc")] {
+        let (ok, err) = compile(compiler, std, ext, BOTH, &include);
+        assert!(ok, "{std}: kvstore.h conflicts with MXNet's c_api.h:\n{err}");
+    }
+    // Negative control: a const-qualified key array (`const char* const*`) is a different
+    // type from MXNet's `const char**`; gcc must say so.
+    let wrong = BOTH.replace(
+        "int main",
+        "int MXKVStorePushEx(KVStoreHandle, uint32_t, const char* const*, NDArrayHandle*, int);\nint main",
+    );
+    let (ok, err) = compile("cc", "c11", "c", &wrong, &include);
+    assert!(!ok && err.contains("conflicting types"), "the ABI check cannot detect a wrong prototype:\n{err}");
+}
+
+#[test]
+fn header_compiles_alone_in_c_and_cpp() {
+    let alone = "#include \"kvstore.h\"\nint main(void) { const char *e = MXGetLastError(); return e == 0; }\n";
+    let empty = std::env::temp_dir();
+    for (compiler, std, ext) in [("cc", "c11", "c"), ("cc", "c99", "c"), ("c++", "c++11", "cc")] {
+        let (ok, err) = compile(compiler, std, ext, alone, &empty);
+        assert!(ok, "{std}: the header does not compile alone:\n{err}");
+    }
+}
+
+#[test]
+fn every_export_runs_inside_the_panic_boundary() {
+    // MXGetLastError cannot fail and returns a pointer, so it is the one export without it.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/ffi");
+    let (mut exports, mut boundaries) = (0, 0);
+    for entry in std::fs::read_dir(src).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        exports += text.matches("#[no_mangle]").count();
+        boundaries += text.matches("ffi_boundary!(\"").count();
+    }
+    assert!(exports >= 58, "{exports} exports");
+    assert_eq!(exports, boundaries + 1, "every export but MXGetLastError must use ffi_boundary!");
+}
