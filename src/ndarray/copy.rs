@@ -27,6 +27,19 @@ impl NDArray {
         engine().push(&[self.var()], &[dst.var()], priority, Box::new(move || src.copy_now(&out)));
     }
 
+    /// Schedules `dst = self` for every `dst` (each checked) as one op, and returns at once:
+    /// one op per pulled key keeps the engine's per-call cost low for many small keys.
+    pub fn schedule_copy_to_many(&self, dsts: Vec<NDArray>, priority: i32) {
+        let writes: Vec<&crate::engine::Var> = dsts.iter().map(|d| d.var()).collect();
+        let src = self.clone();
+        let dsts_c = dsts.clone();
+        engine().push(&[self.var()], &writes, priority, Box::new(move || {
+            for d in &dsts_c {
+                src.copy_now(d);
+            }
+        }));
+    }
+
     /// `dst = self` on the calling thread, once pending ops allow.
     pub fn copy_to_sync(&self, dst: &NDArray) -> Result<()> {
         self.check_copy_to(dst)?;

@@ -316,9 +316,14 @@ fn schedule_sum(order: SumOrder, values: Vec<NDArray>, dst: NDArray, priority: i
     }));
 }
 
+/// Schedules the copies of a pull: one op per stored value (the plan lists a key's outputs
+/// together).
 fn schedule_copies(copies: &[(NDArray, NDArray)], priority: i32) {
-    for (src, dst) in copies {
-        src.schedule_copy_to(dst, priority);
+    let mut rest = copies;
+    while let Some((src, _)) = rest.first() {
+        let n = rest.iter().take_while(|(s, _)| s.same_chunk(src)).count();
+        src.schedule_copy_to_many(rest[..n].iter().map(|(_, d)| d.clone()).collect(), priority);
+        rest = &rest[n..];
     }
 }
 

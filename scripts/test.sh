@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite: header freshness, Rust unit tests, the C programs (walkthrough,
+# differential against the reference libmxnet.so, bad input, threads), the header ABI check,
+# and the C programs again under AddressSanitizer and valgrind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MXNET_LIBRARY="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
+export MXNET_LIBRARY
+# The differential and ABI tests must not skip here: the reference library is required.
+export KVSTORE_REQUIRE_REFERENCE=1
+echo "reference library: $MXNET_LIBRARY"
+
+scripts/gen-header.sh --check
+cargo test --release
+bash ctests/run_sanitized.sh
