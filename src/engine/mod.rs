@@ -85,13 +85,11 @@ pub fn engine() -> &'static Engine {
     &ENGINE
 }
 
+/// The distinct vars, sorted by address (batched ops may name thousands).
 fn dedup_vars<'a>(vars: &[&'a Var]) -> Vec<&'a Var> {
-    let mut out: Vec<&Var> = Vec::with_capacity(vars.len());
-    for v in vars {
-        if !out.iter().any(|o| std::ptr::eq(*o, *v)) {
-            out.push(v);
-        }
-    }
+    let mut out = vars.to_vec();
+    out.sort_unstable_by_key(|v| *v as *const Var as usize);
+    out.dedup_by(|a, b| std::ptr::eq(*a, *b));
     out
 }
 
@@ -101,10 +99,8 @@ impl Engine {
     fn register(&self, reads: &[&Var], writes: &[&Var]) -> (Arc<Completion>, Vec<Arc<Completion>>) {
         let completion = Arc::new(Completion::new());
         let writes = dedup_vars(writes);
-        let reads: Vec<&Var> = dedup_vars(reads)
-            .into_iter()
-            .filter(|r| !writes.iter().any(|w| std::ptr::eq(*w, *r)))
-            .collect();
+        let is_written = |r: &&Var| writes.binary_search_by_key(&(*r as *const Var as usize), |w| *w as *const Var as usize).is_ok();
+        let reads: Vec<&Var> = dedup_vars(reads).into_iter().filter(|r| !is_written(r)).collect();
         let mut deps = Vec::new();
         let _guard = self.schedule_lock.lock();
         for var in reads {

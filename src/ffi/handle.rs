@@ -21,7 +21,28 @@ enum Object {
     KVStore(Arc<KVStore>),
 }
 
-static REGISTRY: Lazy<RwLock<HashMap<usize, Object>>> = Lazy::new(|| RwLock::new(HashMap::new()));
+/// Handles are distinct multiples of 16 from a counter: a multiplicative hash spreads them
+/// well, and is far cheaper than SipHash on a path taken for every array of every call.
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl std::hash::Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | *b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = ((n as u64) >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Registry = HashMap<usize, Object, std::hash::BuildHasherDefault<HandleHasher>>;
+
+static REGISTRY: Lazy<RwLock<Registry>> = Lazy::new(|| RwLock::new(Registry::default()));
 // Start high and step by 16 so handles look like aligned pointers to C code that prints them.
 static NEXT: AtomicUsize = AtomicUsize::new(0x10_0000);
 
@@ -32,11 +53,34 @@ fn insert(object: Object) -> *mut c_void {
 }
 
 fn lookup(handle: *mut c_void, arg: &str, want: &str) -> Result<Object> {
-    crate::ensure!(!handle.is_null(), "{arg} is NULL");
-    match REGISTRY.read().get(&(handle as usize)) {
+    lookup_in(&REGISTRY.read(), handle, &|| arg.to_string(), want)
+}
+
+/// `arg` names the argument in messages; it is only formatted on failure.
+fn lookup_in(registry: &Registry, handle: *mut c_void, arg: &dyn Fn() -> String, want: &str) -> Result<Object> {
+    crate::ensure!(!handle.is_null(), "{} is NULL", arg());
+    match registry.get(&(handle as usize)) {
         Some(o) => Ok(o.clone()),
-        None => crate::bail!("{arg} ({handle:p}) is not a live {want}: never created, or already freed"),
+        None => crate::bail!("{} ({handle:p}) is not a live {want}: never created, or already freed", arg()),
     }
+}
+
+/// The arrays behind `handles` (`arg[i]` in messages), under one registry lock.
+pub(crate) fn ndarrays(handles: &[*mut c_void], arg: &str) -> Result<Vec<NDArray>> {
+    let registry = REGISTRY.read();
+    handles
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let name = || format!("{arg}[{i}]");
+            match lookup_in(&registry, *h, &name, "NDArrayHandle")? {
+                Object::NDArray(slot) => slot.read().clone().ok_or_else(|| {
+                    crate::Error::new(format!("{} ({h:p}) is an empty array (made by MXNDArrayCreateNone)", name()))
+                }),
+                Object::KVStore(_) => crate::bail!("{} ({h:p}) is a KVStoreHandle, not an NDArrayHandle", name()),
+            }
+        })
+        .collect()
 }
 
 /// A new NDArray handle for `array` (`None`: an empty array).

@@ -12,11 +12,7 @@ use std::sync::Arc;
 
 /// The arrays behind `n` handles at `p`.
 pub(crate) fn arrays(p: *const NDArrayHandle, n: usize, arg: &str) -> Result<Vec<NDArray>> {
-    args::slice(p, n, arg)?
-        .iter()
-        .enumerate()
-        .map(|(i, h)| handle::ndarray(*h, &format!("{arg}[{i}]")))
-        .collect()
+    handle::ndarrays(args::slice(p, n, arg)?, arg)
 }
 
 /// The store behind `h`.

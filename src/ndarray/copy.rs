@@ -24,7 +24,7 @@ impl NDArray {
     /// Schedules `dst = self` (checked by [`NDArray::check_copy_to`]) and returns at once.
     pub fn schedule_copy_to(&self, dst: &NDArray, priority: i32) {
         let (src, out) = (self.clone(), dst.clone());
-        engine().push(&[self.var()], &[dst.var()], priority, Box::new(move || src.copy_now(&out)));
+        engine().push(&[self.var()], &[dst.var()], priority, Box::new(move || src.copy_into_now(&out)));
     }
 
     /// Schedules `dst = self` for every `dst` (each checked) as one op, and returns at once:
@@ -35,7 +35,7 @@ impl NDArray {
         let dsts_c = dsts.clone();
         engine().push(&[self.var()], &writes, priority, Box::new(move || {
             for d in &dsts_c {
-                src.copy_now(d);
+                src.copy_into_now(d);
             }
         }));
     }
@@ -43,12 +43,12 @@ impl NDArray {
     /// `dst = self` on the calling thread, once pending ops allow.
     pub fn copy_to_sync(&self, dst: &NDArray) -> Result<()> {
         self.check_copy_to(dst)?;
-        engine().run_sync(&[self.var()], &[dst.var()], || self.copy_now(dst));
+        engine().run_sync(&[self.var()], &[dst.var()], || self.copy_into_now(dst));
         Ok(())
     }
 
     /// The copy itself; the caller has ordered it with the engine.
-    fn copy_now(&self, dst: &NDArray) {
+    pub(crate) fn copy_into_now(&self, dst: &NDArray) {
         if self.same_chunk(dst) {
             if self.offset == dst.offset && self.dtype == dst.dtype {
                 return;

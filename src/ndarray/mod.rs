@@ -25,7 +25,8 @@ pub const MAX_SIZE: usize = i32::MAX as usize - 1;
 #[derive(Clone)]
 pub struct NDArray {
     chunk: Arc<Chunk>,
-    shape: Vec<usize>,
+    // Shared: views are cloned for every op that touches them.
+    shape: Arc<[usize]>,
     dtype: DType,
     ctx: Context,
     stype: StorageType,
@@ -71,6 +72,23 @@ impl ReadView<'_> {
     }
 }
 
+/// The bytes of a view, write-locked while this lives.
+pub struct WriteView<'a> {
+    guard: parking_lot::RwLockWriteGuard<'a, Payload>,
+    range: Option<Range<usize>>,
+}
+
+impl WriteView<'_> {
+    /// The view's bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let all = self.guard.data.bytes_mut();
+        match &self.range {
+            Some(r) => &mut all[r.clone()],
+            None => all,
+        }
+    }
+}
+
 impl NDArray {
     /// A dense array of zeros.
     pub fn zeros(shape: &[usize], ctx: Context, dtype: DType) -> Result<NDArray> {
@@ -84,7 +102,7 @@ impl NDArray {
     }
 
     fn from_payload(payload: Payload, shape: &[usize], ctx: Context, dtype: DType, stype: StorageType) -> NDArray {
-        NDArray { chunk: Arc::new(Chunk::new(payload)), shape: shape.to_vec(), dtype, ctx, stype, offset: 0 }
+        NDArray { chunk: Arc::new(Chunk::new(payload)), shape: shape.into(), dtype, ctx, stype, offset: 0 }
     }
 
     /// Logical shape.
@@ -150,6 +168,15 @@ impl NDArray {
             _ => None,
         };
         ReadView { guard: self.chunk.payload.read_recursive(), range }
+    }
+
+    /// A write guard on the view's bytes, for kernels writing several arrays at once.
+    pub fn write_view(&self) -> WriteView<'_> {
+        let range = match self.stype {
+            StorageType::Default => Some(self.byte_range()),
+            _ => None,
+        };
+        WriteView { guard: self.chunk.payload.write(), range }
     }
 
     /// Runs `f` on the view's bytes under the chunk's write lock; see [`NDArray::read_bytes`].
@@ -235,7 +262,9 @@ impl NDArray {
         );
         let row: usize = self.shape[1..].iter().product();
         let mut view = self.clone();
-        view.shape[0] = end - begin;
+        let mut shape = self.shape.to_vec();
+        shape[0] = end - begin;
+        view.shape = shape.into();
         view.offset += begin * row;
         Ok(view)
     }
@@ -244,7 +273,7 @@ impl NDArray {
     pub fn at(&self, idx: usize) -> Result<NDArray> {
         let mut view = self.slice(idx, idx + 1)?;
         if view.shape.len() > 1 {
-            view.shape.remove(0);
+            view.shape = view.shape[1..].into();
         }
         Ok(view)
     }
@@ -260,7 +289,7 @@ impl NDArray {
             shape_string(shape)
         );
         let mut view = self.clone();
-        view.shape = shape.to_vec();
+        view.shape = shape.into();
         Ok(view)
     }
 

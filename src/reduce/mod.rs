@@ -23,6 +23,53 @@ pub fn copy_cast(src_dtype: DType, src: &[u8], dst_dtype: DType, dst: &mut [u8])
     })
 }
 
+/// Copies `src` into every output, casting where dtypes differ. Works block by block so each
+/// block of `src` is read from memory once and stays in cache while all outputs are written;
+/// big copies are split over threads.
+pub fn copy_cast_many(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
+    let n = src.len() / src_dtype.size();
+    let threads = ReduceConfig::get().threads_for(n);
+    if threads <= 1 {
+        copy_blocks(src_dtype, src, outs);
+        return;
+    }
+    let per = n.div_ceil(threads).div_ceil(4096) * 4096;
+    // parts[t] holds every output's slice for thread t's element range.
+    let mut parts: Vec<Vec<(DType, &mut [u8])>> = (0..n.div_ceil(per)).map(|_| Vec::new()).collect();
+    for (dtype, bytes) in outs.iter_mut() {
+        for (t, chunk) in bytes.chunks_mut(per * dtype.size()).enumerate() {
+            parts[t].push((*dtype, chunk));
+        }
+    }
+    std::thread::scope(|scope| {
+        for (t, mut part) in parts.into_iter().enumerate() {
+            let start = t * per * src_dtype.size();
+            let end = (start + per * src_dtype.size()).min(src.len());
+            let src_part = &src[start..end];
+            scope.spawn(move || copy_blocks(src_dtype, src_part, &mut part));
+        }
+    });
+}
+
+fn copy_blocks(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
+    const BLOCK: usize = 8192;
+    let n = src.len() / src_dtype.size();
+    let mut start = 0;
+    while start < n {
+        let end = (start + BLOCK).min(n);
+        let s = &src[start * src_dtype.size()..end * src_dtype.size()];
+        for (dtype, out) in outs.iter_mut() {
+            let d = &mut out[start * dtype.size()..end * dtype.size()];
+            if *dtype == src_dtype {
+                d.copy_from_slice(s);
+            } else {
+                copy_cast(src_dtype, s, *dtype, d);
+            }
+        }
+        start = end;
+    }
+}
+
 fn cast_slice<S: Element, T: Element>(src: &[S], dst: &mut [T]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d = convert::<S, T>(*s);

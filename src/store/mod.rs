@@ -4,18 +4,19 @@
 mod keys;
 mod kind;
 mod plan;
+mod schedule;
 mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
 pub use kind::StoreKind;
 pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
-use crate::engine::engine;
 use crate::error::Result;
 use crate::ndarray::{Context, NDArray};
-use crate::reduce::{sum_into, SumOrder};
+use crate::reduce::SumOrder;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushGroup;
+use schedule::{schedule_copies, schedule_sums, CopyJob, SumJob};
 use std::collections::HashMap;
 use std::ffi::CString;
 
@@ -132,7 +133,7 @@ impl KVStore {
         let entries = &state.entries;
         let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), &ids, &Self::shown(&state.keys), outs, ignore_sparse)?;
         state.keys.fix_type(&keys);
-        schedule_copies(&copies, priority);
+        schedule_copies(copy_jobs(copies), priority);
         Ok(())
     }
 
@@ -158,7 +159,7 @@ impl KVStore {
             (self.schedule_push(&mut state, plan, priority)?, copies)
         };
         self.call_updaters(calls);
-        schedule_copies(&copies, priority);
+        schedule_copies(copy_jobs(copies), priority);
         Ok(())
     }
 
@@ -188,7 +189,7 @@ impl KVStore {
             value.schedule_copy_to(&dst, priority);
             state.entries.insert(*id, Entry { stored: dst, merge: None });
         }
-        schedule_copies(&copies, priority);
+        schedule_copies(copy_jobs(copies), priority);
         Ok(())
     }
 
@@ -255,9 +256,8 @@ impl KVStore {
         let updaters = self.updaters.read().clone();
         let string_keys = state.keys.key_type() == Some(KeyType::Str);
         if !updaters.active(string_keys) {
-            for g in plan {
-                schedule_sum(self.sum_order(), g.values, g.stored.clone(), priority);
-            }
+            let jobs = plan.into_iter().map(|g| SumJob { values: g.values, dst: g.stored }).collect();
+            schedule_sums(self.sum_order(), jobs, priority);
             return Ok(Vec::new());
         }
         let mut calls = Vec::with_capacity(plan.len());
@@ -271,7 +271,7 @@ impl KVStore {
                     entry.merge = Some(NDArray::zeros(g.stored.shape(), STORE_CONTEXT, g.stored.dtype())?);
                 }
                 let merge = entry.merge.clone().ok_or_else(|| crate::Error::new("merge buffer missing"))?;
-                schedule_sum(self.sum_order(), g.values, merge.clone(), priority);
+                schedule_sums(self.sum_order(), vec![SumJob { values: g.values, dst: merge.clone() }], priority);
                 merge
             };
             let key = updaters.key_for(g.id, state.keys.name(g.id).filter(|_| string_keys));
@@ -303,28 +303,16 @@ fn check_len(keys: &Keys, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// Schedules `dst = Σ values` (values already checked against `dst`, none sharing its memory).
-fn schedule_sum(order: SumOrder, values: Vec<NDArray>, dst: NDArray, priority: i32) {
-    let reads: Vec<&crate::engine::Var> = values.iter().map(|v| v.var()).collect();
-    let writes = [dst.var()];
-    let (values_c, dst_c) = (values.clone(), dst.clone());
-    engine().push(&reads, &writes, priority, Box::new(move || {
-        let views: Vec<_> = values_c.iter().map(|v| v.read_view()).collect();
-        let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
-        let dtype = dst_c.dtype();
-        dst_c.write_bytes(|d| sum_into(dtype, order, d, &srcs));
-    }));
-}
-
-/// Schedules the copies of a pull: one op per stored value (the plan lists a key's outputs
-/// together).
-fn schedule_copies(copies: &[(NDArray, NDArray)], priority: i32) {
-    let mut rest = copies;
-    while let Some((src, _)) = rest.first() {
-        let n = rest.iter().take_while(|(s, _)| s.same_chunk(src)).count();
-        src.schedule_copy_to_many(rest[..n].iter().map(|(_, d)| d.clone()).collect(), priority);
-        rest = &rest[n..];
+/// The copies of a pull as one job per stored value (the plan lists a key's outputs together).
+fn copy_jobs(copies: Vec<(NDArray, NDArray)>) -> Vec<CopyJob> {
+    let mut jobs: Vec<CopyJob> = Vec::new();
+    for (src, dst) in copies {
+        match jobs.last_mut() {
+            Some(job) if job.src.same_chunk(&src) => job.dsts.push(dst),
+            _ => jobs.push(CopyJob { src, dsts: vec![dst] }),
+        }
     }
+    jobs
 }
 
 #[cfg(test)]

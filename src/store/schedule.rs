@@ -1,0 +1,101 @@
+//! Scheduling a checked call's work on the engine. Small keys are batched into one op: the
+//! engine's per-op cost (registration, a worker wake-up) would otherwise dominate a call that
+//! moves a few kilobytes per key. Big keys get an op each, split over threads inside.
+
+use crate::engine::{engine, Var};
+use crate::ndarray::NDArray;
+use crate::reduce::{copy_cast_many, sum_into, SumOrder};
+
+/// Destination bytes per batched op: big enough to amortise an op, small enough that a call
+/// with many keys still spreads over the workers.
+const BATCH_BYTES: usize = 1 << 20;
+
+/// `dst = Σ values` for one key.
+pub(crate) struct SumJob {
+    pub values: Vec<NDArray>,
+    pub dst: NDArray,
+}
+
+/// `dsts[i] = src` for one key.
+pub(crate) struct CopyJob {
+    pub src: NDArray,
+    pub dsts: Vec<NDArray>,
+}
+
+/// Splits jobs into batches of about [`BATCH_BYTES`] of destination bytes, keeping order.
+fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize) -> Vec<Vec<J>> {
+    let mut out: Vec<Vec<J>> = Vec::new();
+    let mut size = 0;
+    for job in jobs {
+        let b = bytes(&job);
+        match out.last_mut() {
+            Some(batch) if size + b <= BATCH_BYTES => batch.push(job),
+            _ => {
+                out.push(vec![job]);
+                size = 0;
+            }
+        }
+        size += b;
+    }
+    out
+}
+
+/// Schedules the sums and returns at once.
+pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
+    for batch in batches(jobs, |j| j.dst.data_byte_len() * (j.values.len() + 1)) {
+        let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
+        let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
+        let (reads, writes): (Vec<&Var>, Vec<&Var>) = (reads, writes);
+        let work = {
+            let batch: Vec<(Vec<NDArray>, NDArray)> = batch.iter().map(|j| (j.values.clone(), j.dst.clone())).collect();
+            move || {
+                for (values, dst) in &batch {
+                    run_sum(order, values, dst);
+                }
+            }
+        };
+        engine().push(&reads, &writes, priority, Box::new(work));
+    }
+}
+
+/// The sum of one key, under the chunks' locks (values never share memory with `dst`).
+fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray) {
+    let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
+    let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
+    let dtype = dst.dtype();
+    dst.write_bytes(|d| sum_into(dtype, order, d, &srcs));
+}
+
+/// Schedules the copies and returns at once.
+pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
+    for batch in batches(jobs, |j| j.src.data_byte_len() * (j.dsts.len() + 1)) {
+        let reads: Vec<&Var> = batch.iter().map(|j| j.src.var()).collect();
+        let writes: Vec<&Var> = batch.iter().flat_map(|j| j.dsts.iter().map(|d| d.var())).collect();
+        let work = {
+            let batch: Vec<(NDArray, Vec<NDArray>)> = batch.iter().map(|j| (j.src.clone(), j.dsts.clone())).collect();
+            move || {
+                for (src, dsts) in &batch {
+                    run_copies(src, dsts);
+                }
+            }
+        };
+        engine().push(&reads, &writes, priority, Box::new(work));
+    }
+}
+
+/// Copies `src` into every `dst`, reading `src` once per block while writing all outputs.
+fn run_copies(src: &NDArray, dsts: &[NDArray]) {
+    // Outputs sharing memory with the source or with each other take the plain path.
+    let distinct = dsts.iter().enumerate().all(|(i, d)| !d.same_chunk(src) && dsts[..i].iter().all(|e| !e.same_chunk(d)));
+    if !distinct {
+        for d in dsts {
+            src.copy_into_now(d);
+        }
+        return;
+    }
+    let view = src.read_view();
+    let mut guards: Vec<_> = dsts.iter().map(|d| d.write_view()).collect();
+    let mut outs: Vec<(crate::ndarray::DType, &mut [u8])> =
+        guards.iter_mut().zip(dsts).map(|(g, d)| (d.dtype(), g.bytes_mut())).collect();
+    copy_cast_many(src.dtype(), view.bytes(), &mut outs);
+}
