@@ -71,6 +71,14 @@ pub(crate) fn plan_push(
                 v.dtype().name()
             );
         }
+        // MXNet's reductions have no bool kernel (they fail later with "Unknown type enum 7");
+        // refuse up front instead of leaving a poisoned value.
+        crate::ensure!(
+            vals.len() == 1 || stored.dtype() != crate::ndarray::DType::Bool,
+            "key {}: summing {} bool values is not supported (MXNet has no bool reduction)",
+            shown(id),
+            vals.len()
+        );
         plan.push(PushGroup { id, values: vals, stored: stored.clone() });
     }
     Ok(plan)

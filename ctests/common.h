@@ -1,0 +1,90 @@
+/* Shared helpers of the C test programs. Every program is plain C11 against include/kvstore.h
+ * (MXNet 1.9's prototypes), so the same source links to libkvstore.so or libmxnet.so. */
+#ifndef KVSTORE_CTESTS_COMMON_H
+#define KVSTORE_CTESTS_COMMON_H
+
+#include "kvstore.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEV_CPU 1
+#define DEV_GPU 2
+#define DEV_CPU_PINNED 3
+#define DEV_CPU_SHARED 5
+
+#define DT_F32 0
+#define DT_F64 1
+#define DT_F16 2
+#define DT_U8 3
+#define DT_I32 4
+#define DT_I8 5
+#define DT_I64 6
+#define DT_BOOL 7
+#define DT_BF16 12
+
+/* Fails the program if an API call does not return 0. */
+#define CHECK(call)                                                                    \
+  do {                                                                                 \
+    if ((call) != 0) {                                                                 \
+      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,             \
+              MXGetLastError());                                                       \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
+
+/* Fails the program unless cond holds. */
+#define EXPECT(cond)                                                                   \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
+      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);              \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
+
+/* A dense float32 array of n elements on cpu(dev_id), every element `value`. */
+static inline NDArrayHandle f32_filled(uint32_t n, float value, int dev_id) {
+  NDArrayHandle h;
+  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, dev_id, 0, DT_F32, &h));
+  float *data = malloc(sizeof(float) * (n ? n : 1));
+  for (uint32_t i = 0; i < n; i++) data[i] = value;
+  CHECK(MXNDArraySyncCopyFromCPU(h, data, n));
+  free(data);
+  return h;
+}
+
+/* A dense float32 array of shape (rows, cols) holding `values`. */
+static inline NDArrayHandle f32_matrix(uint32_t rows, uint32_t cols, const float *values, int dev_id) {
+  uint32_t shape[2] = {rows, cols};
+  NDArrayHandle h;
+  CHECK(MXNDArrayCreateEx(shape, 2, DEV_CPU, dev_id, 0, DT_F32, &h));
+  CHECK(MXNDArraySyncCopyFromCPU(h, values, (size_t)rows * cols));
+  return h;
+}
+
+/* Reads n float32 elements of h. */
+static inline void f32_read(NDArrayHandle h, float *out, size_t n) {
+  CHECK(MXNDArraySyncCopyToCPU(h, out, n));
+}
+
+/* Element 0 of h, after checking that all n elements are equal. */
+static inline float f32_uniform(NDArrayHandle h, size_t n) {
+  float *v = malloc(sizeof(float) * n);
+  f32_read(h, v, n);
+  for (size_t i = 1; i < n; i++) EXPECT(v[i] == v[0]);
+  float first = v[0];
+  free(v);
+  return first;
+}
+
+/* Prints "label: v0 v1 ..." for n float32 elements. */
+static inline void f32_print(const char *label, NDArrayHandle h, size_t n) {
+  float *v = malloc(sizeof(float) * n);
+  f32_read(h, v, n);
+  printf("%s:", label);
+  for (size_t i = 0; i < n; i++) printf(" %.9g", v[i]);
+  printf("\n");
+  free(v);
+}
+
+#endif

@@ -1,0 +1,139 @@
+//! Builds the C programs of `ctests/` against `include/kvstore.h` and runs them: every
+//! program against libkvstore.so (exit 0 = pass), and each `diff_*` program also against the
+//! reference libmxnet.so (`MXNET_LIBRARY`), whose stdout must be identical.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory holding libkvstore.so for this test run's profile (target/<profile>). The
+/// library is built first: `cargo test` builds the rlib for Rust tests but does not refresh
+/// the cdylib the C programs link.
+fn lib_dir() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test executable path");
+            let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut build = Command::new(cargo);
+            build.args(["build", "--lib", "--quiet"]).current_dir(root());
+            if dir.ends_with("release") {
+                build.arg("--release");
+            }
+            let status = build.status().expect("run cargo build");
+            assert!(status.success(), "cargo build of libkvstore.so failed");
+            assert!(dir.join("libkvstore.so").exists(), "{} has no libkvstore.so", dir.display());
+            dir
+        })
+        .clone()
+}
+
+fn reference_library() -> Option<PathBuf> {
+    match std::env::var_os("MXNET_LIBRARY").map(PathBuf::from).filter(|p| p.exists()) {
+        Some(p) => Some(p),
+        None => {
+            assert!(
+                std::env::var("KVSTORE_REQUIRE_REFERENCE").is_err(),
+                "MXNET_LIBRARY must point at the reference libmxnet.so (see scripts/reference-mxnet.sh)"
+            );
+            eprintln!("skipped: reference libmxnet.so not found (set MXNET_LIBRARY)");
+            None
+        }
+    }
+}
+
+/// Compiles `ctests/<name>.c` linked to `library` (a directory with libkvstore.so, or the
+/// path of libmxnet.so); returns the executable.
+fn build(name: &str, library: &Path, suffix: &str) -> PathBuf {
+    let out_dir = lib_dir().join("ctests");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(format!("{name}_{suffix}"));
+    let mut cc = Command::new("cc");
+    cc.args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O1", "-g", "-pthread", "-I"])
+        .arg(root().join("include"))
+        .arg(root().join("ctests").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&exe);
+    if library.is_dir() {
+        cc.arg("-L").arg(library).arg("-lkvstore");
+        cc.arg(format!("-Wl,-rpath,{}", library.display()));
+    } else {
+        cc.arg(library);
+        cc.arg(format!("-Wl,-rpath,{}", library.parent().unwrap().display()));
+    }
+    let out = cc.output().expect("run cc");
+    assert!(out.status.success(), "compiling {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+fn run(exe: &Path) -> Output {
+    Command::new(exe).env_remove("DMLC_ROLE").output().expect("run the C program")
+}
+
+fn assert_passed(name: &str, which: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{name} failed against {which} ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs a program against libkvstore.so only.
+fn own(name: &str) -> Output {
+    let out = run(&build(name, &lib_dir(), "kv"));
+    assert_passed(name, "libkvstore.so", &out);
+    out
+}
+
+/// Runs a program against both libraries and compares their stdout line by line; returns
+/// libkvstore.so's run.
+fn differential(name: &str) -> Output {
+    let ours = own(name);
+    let Some(reference) = reference_library() else { return ours };
+    let theirs = run(&build(name, &reference, "mx"));
+    assert_passed(name, "the reference libmxnet.so", &theirs);
+    let (a, b) = (String::from_utf8_lossy(&theirs.stdout), String::from_utf8_lossy(&ours.stdout));
+    let diffs: Vec<String> = a
+        .lines()
+        .zip(b.lines())
+        .enumerate()
+        .filter(|(_, (x, y))| x != y)
+        .map(|(i, (x, y))| format!("line {}:\n  libmxnet.so:   {x}\n  libkvstore.so: {y}", i + 1))
+        .collect();
+    assert!(
+        diffs.is_empty() && a.lines().count() == b.lines().count(),
+        "{name}: output differs from the reference ({} vs {} lines):\n{}",
+        a.lines().count(),
+        b.lines().count(),
+        diffs.join("\n")
+    );
+    eprintln!("{name}: {} lines identical to libmxnet.so", a.lines().count());
+    ours
+}
+
+#[test]
+fn walkthrough() {
+    let out = differential("walkthrough");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("walkthrough passed"));
+}
+
+#[test]
+fn diff_store() {
+    differential("diff_store");
+}
+
+#[test]
+fn diff_dtypes() {
+    differential("diff_dtypes");
+}
+
+#[test]
+fn diff_ndarray() {
+    differential("diff_ndarray");
+}
