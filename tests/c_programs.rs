@@ -137,3 +137,15 @@ fn diff_dtypes() {
 fn diff_ndarray() {
     differential("diff_ndarray");
 }
+
+#[test]
+fn bad_input() {
+    let out = own("bad_input");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("all checks passed"));
+}
+
+#[test]
+fn threads() {
+    let out = own("threads");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));
+}

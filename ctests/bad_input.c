@@ -1,0 +1,361 @@
+/* Bad input, against libkvstore.so only (MXNet crashes or corrupts its store on most of
+ * these): every case must answer -1 with a clear MXGetLastError() and change nothing. */
+#include "common.h"
+#include <pthread.h>
+
+static int failures = 0;
+
+/* rc must be -1 and the last error must contain `needle`. */
+static void expect_fail(const char *what, int rc, const char *needle, int line) {
+  const char *err = MXGetLastError();
+  if (rc != -1 || err == NULL || strstr(err, needle) == NULL) {
+    fprintf(stderr, "line %d: %s: rc=%d error='%s' (wanted -1 and '%s')\n", line, what, rc, err ? err : "(null)", needle);
+    failures++;
+  }
+}
+#define FAILS(call, needle) expect_fail(#call, (call), needle, __LINE__)
+
+static void expect_true(const char *what, int cond, int line) {
+  if (!cond) {
+    fprintf(stderr, "line %d: expected %s\n", line, what);
+    failures++;
+  }
+}
+#define TRUE(cond) expect_true(#cond, (cond), __LINE__)
+
+#define N 4
+static KVStoreHandle kv;      /* int-key store with key 3 = 7.0 */
+static KVStoreHandle skv;     /* string-key store with key "w" = 5.0 */
+static NDArrayHandle val;     /* 4 float32 on cpu(0) */
+
+static float stored(int key) {
+  NDArrayHandle out = f32_filled(N, -1, 0);
+  CHECK(MXKVStorePull(kv, 1, &key, &out, 0));
+  float v = f32_uniform(out, N);
+  CHECK(MXNDArrayFree(out));
+  return v;
+}
+
+static float stored_str(const char *key) {
+  NDArrayHandle out = f32_filled(N, -1, 0);
+  CHECK(MXKVStorePullEx(skv, 1, &key, &out, 0));
+  float v = f32_uniform(out, N);
+  CHECK(MXNDArrayFree(out));
+  return v;
+}
+
+static void null_pointers(void) {
+  int k = 3, ret = 0, dt = 0;
+  const char *sk = "w", *nullstr = NULL;
+  const char *type = NULL;
+  uint32_t shape = N, ndim = 0;
+  const uint32_t *pdata = NULL;
+  const int *ipdata = NULL;
+  void *data = NULL;
+  NDArrayHandle out = NULL;
+  float buf[N];
+  FAILS(MXKVStoreCreate(NULL, &kv), "type is NULL");
+  FAILS(MXKVStoreCreate("local", NULL), "out is NULL");
+  FAILS(MXKVStoreFree(NULL), "handle is NULL");
+  FAILS(MXKVStoreSetGradientCompression(kv, 1, NULL, NULL), "keys is NULL");
+  FAILS(MXKVStoreInit(NULL, 1, &k, &val), "handle is NULL");
+  FAILS(MXKVStoreInit(kv, 1, NULL, &val), "keys is NULL");
+  FAILS(MXKVStoreInit(kv, 1, &k, NULL), "vals is NULL");
+  FAILS(MXKVStoreInitEx(skv, 1, NULL, &val), "keys is NULL");
+  FAILS(MXKVStoreInitEx(skv, 1, &nullstr, &val), "keys[0] is NULL");
+  FAILS(MXKVStorePush(kv, 1, NULL, &val, 0), "keys is NULL");
+  FAILS(MXKVStorePush(kv, 1, &k, NULL, 0), "vals is NULL");
+  FAILS(MXKVStorePushEx(skv, 1, &sk, NULL, 0), "vals is NULL");
+  FAILS(MXKVStorePull(kv, 1, NULL, &val, 0), "keys is NULL");
+  FAILS(MXKVStorePull(kv, 1, &k, NULL, 0), "vals is NULL");
+  FAILS(MXKVStorePullEx(skv, 1, NULL, &val, 0), "keys is NULL");
+  FAILS(MXKVStorePullWithSparse(kv, 1, &k, NULL, 0, true), "vals is NULL");
+  FAILS(MXKVStorePullWithSparseEx(skv, 1, &sk, NULL, 0, false), "vals is NULL");
+  FAILS(MXKVStorePullRowSparse(kv, 1, &k, &val, NULL, 0), "row_ids is NULL");
+  FAILS(MXKVStorePullRowSparseEx(skv, 1, &sk, NULL, &val, 0), "vals is NULL");
+  FAILS(MXKVStoreBroadcast(kv, 1, NULL, 1, &k, &val, &val, 0), "vkeys is NULL");
+  FAILS(MXKVStoreBroadcastEx(skv, 1, &sk, 1, &sk, &val, NULL, 0), "outs is NULL");
+  FAILS(MXKVStorePushPull(kv, 1, &k, 1, NULL, &val, &val, 0), "okeys is NULL");
+  FAILS(MXKVStorePushPullEx(skv, 1, &sk, 1, &sk, NULL, &val, 0), "vals is NULL");
+  FAILS(MXKVStoreSetUpdater(NULL, NULL, NULL), "handle is NULL");
+  FAILS(MXKVStoreSetUpdaterEx(NULL, NULL, NULL, NULL), "handle is NULL");
+  FAILS(MXKVStoreGetType(kv, NULL), "type is NULL");
+  FAILS(MXKVStoreGetRank(kv, NULL), "ret is NULL");
+  FAILS(MXKVStoreGetGroupSize(kv, NULL), "ret is NULL");
+  FAILS(MXKVStoreIsWorkerNode(NULL), "ret is NULL");
+  FAILS(MXKVStoreIsServerNode(NULL), "ret is NULL");
+  FAILS(MXKVStoreIsSchedulerNode(NULL), "ret is NULL");
+  FAILS(MXKVStoreBarrier(NULL), "handle is NULL");
+  FAILS(MXKVStoreSetBarrierBeforeExit(NULL, 1), "handle is NULL");
+  FAILS(MXKVStoreRunServer(NULL, NULL, NULL), "handle is NULL");
+  FAILS(MXKVStoreSendCommmandToServers(kv, 0, NULL), "cmd_body is NULL");
+  FAILS(MXKVStoreGetNumDeadNode(kv, 4, NULL, 60), "number is NULL");
+  FAILS(MXInitPSEnv(1, NULL, NULL), "keys is NULL");
+  FAILS(MXGetVersion(NULL), "out is NULL");
+  FAILS(MXGetGPUCount(NULL), "out is NULL");
+
+  FAILS(MXNDArrayCreateNone(NULL), "out is NULL");
+  FAILS(MXNDArrayCreate(NULL, 1, DEV_CPU, 0, 0, &out), "shape is NULL");
+  FAILS(MXNDArrayCreate(&shape, 1, DEV_CPU, 0, 0, NULL), "out is NULL");
+  FAILS(MXNDArrayCreateEx(&shape, 1, DEV_CPU, 0, 0, DT_F32, NULL), "out is NULL");
+  FAILS(MXNDArrayCreateSparseEx(1, &shape, 1, DEV_CPU, 0, 0, DT_F32, 1, NULL, NULL, NULL, &out), "aux_type is NULL");
+  FAILS(MXNDArrayFree(NULL), "handle is NULL");
+  FAILS(MXNDArraySyncCopyFromCPU(val, NULL, N), "data is NULL");
+  FAILS(MXNDArraySyncCopyToCPU(val, NULL, N), "data is NULL");
+  FAILS(MXNDArraySyncCopyToCPU(NULL, buf, N), "handle is NULL");
+  FAILS(MXNDArraySyncCopyFromNDArray(NULL, val, -1), "handle_dst is NULL");
+  FAILS(MXNDArraySyncCopyFromNDArray(val, NULL, -1), "handle_src is NULL");
+  FAILS(MXNDArrayWaitToRead(NULL), "handle is NULL");
+  FAILS(MXNDArrayWaitToWrite(NULL), "handle is NULL");
+  FAILS(MXNDArrayGetShape(val, NULL, &pdata), "out_dim is NULL");
+  FAILS(MXNDArrayGetShape(val, &ndim, NULL), "out_pdata is NULL");
+  FAILS(MXNDArrayGetShapeEx(val, &ret, NULL), "out_pdata is NULL");
+  FAILS(MXNDArrayGetShapeEx(NULL, &ret, &ipdata), "handle is NULL");
+  FAILS(MXNDArrayGetDType(val, NULL), "out_dtype is NULL");
+  FAILS(MXNDArrayGetContext(val, NULL, &dt), "out_dev_type is NULL");
+  FAILS(MXNDArrayGetStorageType(val, NULL), "out_storage_type is NULL");
+  FAILS(MXNDArrayGetData(val, NULL), "out_pdata is NULL");
+  FAILS(MXNDArrayGetData(NULL, &data), "handle is NULL");
+  FAILS(MXNDArrayGetAuxType(val, 0, NULL), "out_type is NULL");
+  FAILS(MXNDArrayGetAuxNDArray(val, 0, NULL), "out is NULL");
+  FAILS(MXNDArrayGetDataNDArray(val, NULL), "out is NULL");
+  FAILS(MXNDArraySlice(val, 0, 1, NULL), "out is NULL");
+  FAILS(MXNDArrayAt(val, 0, NULL), "out is NULL");
+  FAILS(MXNDArrayReshape(val, 1, NULL, &out), "dims is NULL");
+  (void)type;
+  TRUE(stored(3) == 7 && stored_str("w") == 5);
+}
+
+static void stale_and_wrong_handles(void) {
+  int k = 3, r = 12345;
+  KVStoreHandle gone;
+  CHECK(MXKVStoreCreate("local", &gone));
+  CHECK(MXKVStoreFree(gone));
+  FAILS(MXKVStoreGetRank(gone, &r), "already freed");
+  TRUE(r == 12345); /* out-parameters are written only on success */
+  FAILS(MXKVStorePush(gone, 1, &k, &val, 0), "already freed");
+  FAILS(MXKVStoreFree(gone), "already freed");
+  NDArrayHandle freed = f32_filled(N, 1, 0);
+  CHECK(MXNDArrayFree(freed));
+  FAILS(MXNDArrayFree(freed), "already freed");
+  FAILS(MXKVStorePush(kv, 1, &k, &freed, 0), "vals[0]");
+  FAILS(MXKVStorePull(kv, 1, &k, &freed, 0), "already freed");
+  int dt = 777;
+  FAILS(MXNDArrayGetDType(freed, &dt), "already freed");
+  TRUE(dt == 777);
+  int ndim = 555;
+  const int *dims = (const int *)&ndim;
+  FAILS(MXNDArrayGetShapeEx(freed, &ndim, &dims), "already freed");
+  TRUE(ndim == 555 && dims == (const int *)&ndim);
+  /* the wrong kind of handle, and random memory */
+  FAILS(MXKVStorePush(kv, 1, &k, (NDArrayHandle *)&kv, 0), "is a KVStoreHandle, not an NDArrayHandle");
+  FAILS(MXKVStorePush(val, 1, &k, &val, 0), "is an NDArrayHandle, not a KVStoreHandle");
+  char junk[64];
+  memset(junk, 0xAB, sizeof junk);
+  FAILS(MXKVStoreGetRank((KVStoreHandle)junk, &r), "not a live KVStoreHandle");
+  FAILS(MXNDArrayGetDType((NDArrayHandle)(junk + 8), &dt), "not a live NDArrayHandle");
+  NDArrayHandle empty;
+  CHECK(MXNDArrayCreateNone(&empty));
+  FAILS(MXKVStorePush(kv, 1, &k, &empty, 0), "empty array");
+  CHECK(MXNDArrayFree(empty));
+  TRUE(stored(3) == 7);
+}
+
+static void store_semantics(void) {
+  int k = 3, unknown = 42, two[2] = {3, 3};
+  /* wrong shape or dtype: refused, value kept (MXNet silently replaces it) */
+  NDArrayHandle small = f32_filled(N - 1, 100, 0);
+  FAILS(MXKVStorePush(kv, 1, &k, &small, 0), "shape mismatch for key 3");
+  NDArrayHandle pair[2] = {val, small};
+  FAILS(MXKVStorePush(kv, 2, two, pair, 0), "shape mismatch");
+  FAILS(MXKVStorePull(kv, 1, &k, &small, 0), "shape mismatch");
+  uint32_t n = N;
+  NDArrayHandle f64;
+  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_F64, &f64));
+  FAILS(MXKVStorePush(kv, 1, &k, &f64, 0), "dtype mismatch for key 3");
+  TRUE(stored(3) == 7);
+  /* a failing call changes nothing, not even its valid keys */
+  int mixed[2] = {3, 42};
+  NDArrayHandle hundred = f32_filled(N, 100, 0);
+  NDArrayHandle both[2] = {hundred, hundred};
+  FAILS(MXKVStorePush(kv, 2, mixed, both, 0), "key 42 has not been inited");
+  TRUE(stored(3) == 7);
+  /* uninitialised keys: refused, and still initialisable (MXNet leaves a phantom entry) */
+  FAILS(MXKVStorePull(kv, 1, &unknown, &hundred, 0), "key 42 has not been inited");
+  FAILS(MXKVStorePushPull(kv, 1, &unknown, 1, &unknown, &hundred, &hundred, 0), "has not been inited");
+  CHECK(MXKVStoreInit(kv, 1, &unknown, &hundred));
+  TRUE(stored(42) == 100);
+  /* duplicates */
+  FAILS(MXKVStoreInit(kv, 1, &k, &val), "duplicate init of key 3");
+  int dup[2] = {50, 50};
+  FAILS(MXKVStoreInit(kv, 2, dup, both), "duplicate init of key 50");
+  FAILS(MXKVStorePull(kv, 1, &dup[0], &hundred, 0), "key 50 has not been inited");
+  /* mixed key types, both ways */
+  const char *w = "w", *nokey = "nokey";
+  FAILS(MXKVStorePushEx(kv, 1, &w, &val, 0), "Mixed key types");
+  FAILS(MXKVStoreInit(skv, 1, &k, &val), "Mixed key types");
+  FAILS(MXKVStorePullEx(skv, 1, &nokey, &val, 0), "key nokey doesn't exist");
+  FAILS(MXKVStoreInitEx(skv, 1, &w, &val), "duplicate init of key w");
+  TRUE(stored_str("w") == 5);
+  /* bool values cannot be summed (MXNet fails later with "Unknown type enum 7") */
+  NDArrayHandle b;
+  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_BOOL, &b));
+  int bk = 60, bkeys[2] = {60, 60};
+  CHECK(MXKVStoreInit(kv, 1, &bk, &b));
+  NDArrayHandle bb[2] = {b, b};
+  FAILS(MXKVStorePush(kv, 2, bkeys, bb, 0), "bool");
+  CHECK(MXKVStorePush(kv, 1, &bk, &b, 0));
+  /* row_sparse pulls are not built yet: a clear error */
+  FAILS(MXKVStorePullRowSparse(kv, 1, &k, &val, &val, 0), "not supported");
+  NDArrayHandle all[] = {small, f64, hundred, b};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CHECK(MXNDArrayFree(all[i]));
+}
+
+static void array_arguments(void) {
+  uint32_t shape[2] = {2, 2};
+  NDArrayHandle out = (NDArrayHandle)0x1234;
+  FAILS(MXNDArrayCreateEx(shape, 2, DEV_CPU, 0, 0, 99, &out), "unknown dtype code 99");
+  FAILS(MXNDArrayCreateEx(shape, 2, DEV_CPU, 0, 0, 9, &out), "uint16");
+  FAILS(MXNDArrayCreateEx(shape, 2, 7, 0, 0, DT_F32, &out), "unknown device type 7");
+  FAILS(MXNDArrayCreateEx(shape, 2, DEV_GPU, 0, 0, DT_F32, &out), "gpu(0)");
+  FAILS(MXNDArrayCreateEx(shape, 2, DEV_CPU, -1, 0, DT_F32, &out), "negative");
+  uint32_t huge[3] = {65536, 65536, 2};
+  FAILS(MXNDArrayCreateEx(huge, 3, DEV_CPU, 0, 0, DT_F32, &out), "elements");
+  TRUE(out == (NDArrayHandle)0x1234);
+  float buf[N + 1];
+  FAILS(MXNDArraySyncCopyFromCPU(val, buf, N + 1), "memory size mismatch");
+  FAILS(MXNDArraySyncCopyToCPU(val, buf, N - 1), "memory size mismatch");
+  NDArrayHandle view;
+  FAILS(MXNDArraySlice(val, 2, 9, &view), "out of range");
+  FAILS(MXNDArrayReshape(val, 1, (int[]){5}, &view), "sizes differ");
+  FAILS(MXNDArrayGetAuxType(val, 0, (int[]){0}), "aux index 0 is out of range");
+  const char *dist[] = {"dist_sync", "dist_async", "dist_device_sync"};
+  for (int i = 0; i < 3; i++) FAILS(MXKVStoreCreate(dist[i], &view), "distributed stores are not built yet");
+  const char *gk[1] = {"type"}, *gv[1] = {"3bit"}, *tk[2] = {"type", "threshold"}, *tv[2] = {"2bit", "-1"};
+  FAILS(MXKVStoreSetGradientCompression(kv, 1, gk, gv), "Unknown type for gradient compression 3bit");
+  FAILS(MXKVStoreSetGradientCompression(kv, 2, tk, tv), "threshold must be greater than 0");
+  FAILS(MXKVStoreSetGradientCompression(kv, 1, (const char *[]){"threshold"}, (const char *[]){"0.5"}), "type");
+  /* the message names the call */
+  int k = 99;
+  FAILS(MXKVStorePull(kv, 1, &k, &val, 0), "MXKVStorePull: key 99");
+}
+
+/* --- improvements over MXNet that are not errors -------------------------------------- */
+
+static void adding_updater(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
+  (void)key;
+  (void)user;
+  /* raw data access right away: the store hands over finished inputs */
+  float *r = NULL, l[N];
+  CHECK(MXNDArrayGetData(recv, (void **)&r));
+  CHECK(MXNDArraySyncCopyToCPU(local, l, N));
+  for (int i = 0; i < N; i++) l[i] += r[i];
+  CHECK(MXNDArraySyncCopyFromCPU(local, l, N));
+  CHECK(MXNDArrayFree(recv));
+  CHECK(MXNDArrayFree(local));
+}
+
+static void improvements(void) {
+  KVStoreHandle s;
+  CHECK(MXKVStoreCreate("local", &s));
+  int k = 1, keys4[4] = {1, 1, 1, 1};
+  NDArrayHandle zero = f32_filled(N, 0, 0), out = f32_filled(N, 0, 0), v[4];
+  for (int d = 0; d < 4; d++) v[d] = f32_filled(N, (float)(d + 1), d);
+  CHECK(MXKVStoreInit(s, 1, &k, &zero));
+  /* the number of values per key may vary between pushes (MXNet 1.9 segfaults) */
+  int counts[5] = {4, 2, 3, 1, 4}, sums[5] = {10, 3, 6, 1, 10};
+  for (int i = 0; i < 5; i++) {
+    CHECK(MXKVStorePush(s, (uint32_t)counts[i], keys4, v, 0));
+    CHECK(MXKVStorePull(s, 1, &k, &out, 0));
+    TRUE(f32_uniform(out, N) == (float)sums[i]);
+  }
+  /* assignment copies: a later write to the pushed array does not reach the store */
+  CHECK(MXKVStorePush(s, 1, &k, &v[3], 0));
+  CHECK(MXNDArraySyncCopyFromCPU(v[3], (float[]){0, 0, 0, 0}, N));
+  CHECK(MXKVStorePull(s, 1, &k, &out, 0));
+  TRUE(f32_uniform(out, N) == 4);
+  CHECK(MXNDArraySyncCopyFromCPU(v[3], (float[]){4, 4, 4, 4}, N));
+  /* an updater reading raw data, then a NULL updater resets to assignment */
+  CHECK(MXKVStoreSetUpdater(s, adding_updater, NULL));
+  CHECK(MXKVStorePush(s, 4, keys4, v, 0));
+  CHECK(MXKVStorePull(s, 1, &k, &out, 0));
+  TRUE(f32_uniform(out, N) == 14);
+  CHECK(MXKVStoreSetUpdater(s, NULL, NULL));
+  CHECK(MXKVStorePush(s, 1, &k, &v[1], 0));
+  CHECK(MXKVStorePull(s, 1, &k, &out, 0));
+  TRUE(f32_uniform(out, N) == 2);
+  /* num == 0 is a no-op, with NULL arrays */
+  CHECK(MXKVStoreInit(s, 0, NULL, NULL));
+  CHECK(MXKVStorePush(s, 0, NULL, NULL, 0));
+  CHECK(MXKVStorePull(s, 0, NULL, NULL, 0));
+  CHECK(MXKVStorePushEx(s, 0, NULL, NULL, 0));
+  CHECK(MXKVStorePushPull(s, 0, NULL, 0, NULL, NULL, NULL, 0));
+  CHECK(MXKVStoreBroadcast(s, 0, NULL, 0, NULL, NULL, NULL, 0));
+  /* an empty call fixes no key type */
+  const char *str = "s";
+  CHECK(MXKVStoreFree(s));
+  CHECK(MXKVStoreCreate("local", &s));
+  CHECK(MXKVStorePush(s, 0, NULL, NULL, 0));
+  CHECK(MXKVStoreInitEx(s, 1, &str, &zero));
+  CHECK(MXKVStoreFree(s));
+  for (int d = 0; d < 4; d++) CHECK(MXNDArrayFree(v[d]));
+  CHECK(MXNDArrayFree(zero));
+  CHECK(MXNDArrayFree(out));
+}
+
+/* Each thread sees its own last error. */
+static void *thread_error(void *arg) {
+  int key = *(int *)arg;
+  NDArrayHandle out = f32_filled(N, 0, 0);
+  if (MXKVStorePull(kv, 1, &key, &out, 0) != -1) return "pull did not fail";
+  for (int i = 0; i < 1000; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "key %d has not been inited", key);
+    if (strstr(MXGetLastError(), want) == NULL) return "another thread's error";
+    sched_yield();
+  }
+  CHECK(MXNDArrayFree(out));
+  return NULL;
+}
+
+static void per_thread_errors(void) {
+  pthread_t t[2];
+  int keys[2] = {1001, 2002};
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thread_error, &keys[i]);
+  for (int i = 0; i < 2; i++) {
+    void *res;
+    pthread_join(t[i], &res);
+    if (res != NULL) {
+      fprintf(stderr, "thread %d: %s\n", i, (const char *)res);
+      failures++;
+    }
+  }
+}
+
+int main(void) {
+  CHECK(MXKVStoreCreate("local", &kv));
+  CHECK(MXKVStoreCreate("local", &skv));
+  val = f32_filled(N, 7, 0);
+  int k = 3;
+  const char *w = "w";
+  CHECK(MXKVStoreInit(kv, 1, &k, &val));
+  NDArrayHandle five = f32_filled(N, 5, 0);
+  CHECK(MXKVStoreInitEx(skv, 1, &w, &five));
+  null_pointers();
+  stale_and_wrong_handles();
+  store_semantics();
+  array_arguments();
+  improvements();
+  per_thread_errors();
+  TRUE(stored(3) == 7 && stored_str("w") == 5);
+  CHECK(MXNDArrayFree(val));
+  CHECK(MXNDArrayFree(five));
+  CHECK(MXKVStoreFree(kv));
+  CHECK(MXKVStoreFree(skv));
+  if (failures) {
+    fprintf(stderr, "%d bad-input checks failed\n", failures);
+    return 1;
+  }
+  printf("bad input: all checks passed\n");
+  return 0;
+}

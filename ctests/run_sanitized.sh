@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The C programs under AddressSanitizer + UndefinedBehaviorSanitizer (the programs are
+# instrumented; the library is the release build), then under valgrind's memcheck. Any
+# report fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+lib="$PWD/target/release"
+out="$PWD/target/ctests-sanitized"
+mkdir -p "$out"
+programs=(walkthrough diff_store diff_dtypes diff_ndarray bad_input threads)
+
+for p in "${programs[@]}"; do
+  cc -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+     -pthread -I include "ctests/$p.c" -L "$lib" -lkvstore -Wl,-rpath,"$lib" -o "$out/$p-asan"
+  nm "$out/$p-asan" | grep -q __asan_init || { echo "$p: not instrumented" >&2; exit 1; }
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 "$out/$p-asan" > "$out/$p-asan.log" 2>&1 \
+    || { cat "$out/$p-asan.log" >&2; echo "ASan/UBSan: $p FAILED" >&2; exit 1; }
+  echo "ASan/UBSan: $p clean"
+done
+
+for p in "${programs[@]}"; do
+  cc -std=c11 -g -O1 -pthread -I include "ctests/$p.c" -L "$lib" -lkvstore -Wl,-rpath,"$lib" -o "$out/$p"
+  valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+    "$out/$p" > "$out/$p-valgrind.log" 2>&1 \
+    || { cat "$out/$p-valgrind.log" >&2; echo "valgrind: $p FAILED" >&2; exit 1; }
+  echo "valgrind: $p clean"
+done
+echo "sanitized: ${#programs[@]} passed, 0 failed"
