@@ -14,7 +14,7 @@ fn mxnet_include() -> Option<PathBuf> {
 }
 
 fn compile(compiler: &str, std: &str, ext: &str, source: &str, include: &Path) -> (bool, String) {
-    let dir = std::env::temp_dir().join(format!("kvstore-abi-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("abi");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("abi_{std}_{}.{ext}", source.len()));
     std::fs::write(&file, source).unwrap();
