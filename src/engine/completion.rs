@@ -3,11 +3,14 @@
 
 use super::Op;
 use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub(crate) struct Completion {
     state: Mutex<State>,
     finished: Condvar,
+    // Mirrors `state.done` so that registration can skip finished ops without locking.
+    done: AtomicBool,
 }
 
 #[derive(Default)]
@@ -18,11 +21,11 @@ struct State {
 
 impl Completion {
     pub(crate) fn new() -> Completion {
-        Completion { state: Mutex::new(State::default()), finished: Condvar::new() }
+        Completion { state: Mutex::new(State::default()), finished: Condvar::new(), done: AtomicBool::new(false) }
     }
 
     pub(crate) fn is_done(&self) -> bool {
-        self.state.lock().done
+        self.done.load(Ordering::Acquire)
     }
 
     /// Makes `op` wait for this completion; false if it has already finished.
@@ -39,6 +42,7 @@ impl Completion {
     pub(crate) fn complete(&self) -> Vec<Arc<Op>> {
         let mut s = self.state.lock();
         s.done = true;
+        self.done.store(true, Ordering::Release);
         self.finished.notify_all();
         std::mem::take(&mut s.waiters)
     }

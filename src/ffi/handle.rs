@@ -1,15 +1,14 @@
-//! Handles. MXNet's handles are `void*`; here each is a number from a registry, never a
-//! pointer: an unknown, freed or wrong-kind handle is looked up, found missing and refused,
-//! so no handle is ever dereferenced. Numbers are never reused, so a freed handle stays invalid.
+//! Handles. MXNet's handles are `void*`; here each is a slot number and a generation from a
+//! registry, never a pointer: an unknown, freed or wrong-kind handle is looked up, found
+//! missing and refused, so no handle is ever dereferenced. A freed slot is reused with the
+//! next generation, so a stale handle to it stays invalid.
 
 use crate::error::Result;
 use crate::ndarray::NDArray;
 use crate::store::KVStore;
 use once_cell::sync::Lazy;
 use parking_lot::RwLock;
-use std::collections::HashMap;
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// What an NDArray handle holds: an array, or nothing (`MXNDArrayCreateNone`).
@@ -21,36 +20,56 @@ enum Object {
     KVStore(Arc<KVStore>),
 }
 
-/// Handles are distinct multiples of 16 from a counter: a multiplicative hash spreads them
-/// well, and is far cheaper than SipHash on a path taken for every array of every call.
-#[derive(Default)]
-struct HandleHasher(u64);
+// A handle is `generation << GEN_SHIFT | (index + 1) << 4`: never NULL, 16-byte aligned like
+// a pointer, and O(1) to resolve, which matters for calls passing thousands of arrays.
+const GEN_SHIFT: u32 = 36;
+const INDEX_MASK: usize = (1 << (GEN_SHIFT - 4)) - 1;
 
-impl std::hash::Hasher for HandleHasher {
-    fn finish(&self) -> u64 {
-        self.0
+struct Slot {
+    generation: usize,
+    object: Option<Object>,
+}
+
+#[derive(Default)]
+struct Registry {
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+}
+
+impl Registry {
+    fn get(&self, handle: *mut c_void) -> Option<&Object> {
+        let h = handle as usize;
+        let index = ((h >> 4) & INDEX_MASK).checked_sub(1)?;
+        let slot = self.slots.get(index)?;
+        (h & 0xF == 0 && slot.generation == h >> GEN_SHIFT).then_some(slot.object.as_ref()?)
     }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 << 8 | *b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+
+    fn insert(&mut self, object: Object) -> *mut c_void {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { generation: 0, object: None });
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.object = Some(object);
+        (slot.generation << GEN_SHIFT | (index + 1) << 4) as *mut c_void
+    }
+
+    fn remove(&mut self, handle: *mut c_void) {
+        let index = ((handle as usize >> 4) & INDEX_MASK) - 1;
+        let slot = &mut self.slots[index];
+        slot.object = None;
+        // Retire the slot for good once its generations run out, rather than reuse a number.
+        slot.generation += 1;
+        if slot.generation < 1 << (usize::BITS - GEN_SHIFT) {
+            self.free.push(index);
         }
     }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = ((n as u64) >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
 }
-
-type Registry = HashMap<usize, Object, std::hash::BuildHasherDefault<HandleHasher>>;
 
 static REGISTRY: Lazy<RwLock<Registry>> = Lazy::new(|| RwLock::new(Registry::default()));
-// Start high and step by 16 so handles look like aligned pointers to C code that prints them.
-static NEXT: AtomicUsize = AtomicUsize::new(0x10_0000);
-
-fn insert(object: Object) -> *mut c_void {
-    let id = NEXT.fetch_add(16, Ordering::Relaxed);
-    REGISTRY.write().insert(id, object);
-    id as *mut c_void
-}
 
 fn lookup(handle: *mut c_void, arg: &str, want: &str) -> Result<Object> {
     lookup_in(&REGISTRY.read(), handle, &|| arg.to_string(), want)
@@ -59,38 +78,45 @@ fn lookup(handle: *mut c_void, arg: &str, want: &str) -> Result<Object> {
 /// `arg` names the argument in messages; it is only formatted on failure.
 fn lookup_in(registry: &Registry, handle: *mut c_void, arg: &dyn Fn() -> String, want: &str) -> Result<Object> {
     crate::ensure!(!handle.is_null(), "{} is NULL", arg());
-    match registry.get(&(handle as usize)) {
+    match registry.get(handle) {
         Some(o) => Ok(o.clone()),
         None => crate::bail!("{} ({handle:p}) is not a live {want}: never created, or already freed", arg()),
     }
 }
 
-/// The arrays behind `handles` (`arg[i]` in messages), under one registry lock.
+/// The arrays behind `handles` (`arg[i]` in messages), under one registry lock and without
+/// cloning registry entries: this runs for every array of every call.
 pub(crate) fn ndarrays(handles: &[*mut c_void], arg: &str) -> Result<Vec<NDArray>> {
     let registry = REGISTRY.read();
-    handles
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            let name = || format!("{arg}[{i}]");
-            match lookup_in(&registry, *h, &name, "NDArrayHandle")? {
-                Object::NDArray(slot) => slot.read().clone().ok_or_else(|| {
-                    crate::Error::new(format!("{} ({h:p}) is an empty array (made by MXNDArrayCreateNone)", name()))
-                }),
-                Object::KVStore(_) => crate::bail!("{} ({h:p}) is a KVStoreHandle, not an NDArrayHandle", name()),
+    let mut arrays = Vec::with_capacity(handles.len());
+    for (i, h) in handles.iter().enumerate() {
+        let array = match registry.get(*h) {
+            Some(Object::NDArray(slot)) => slot.read().clone(),
+            _ => None,
+        };
+        match array {
+            Some(a) => arrays.push(a),
+            // Slow path, for the message.
+            None => {
+                let name = || format!("{arg}[{i}]");
+                match lookup_in(&registry, *h, &name, "NDArrayHandle")? {
+                    Object::KVStore(_) => crate::bail!("{} ({h:p}) is a KVStoreHandle, not an NDArrayHandle", name()),
+                    Object::NDArray(_) => crate::bail!("{} ({h:p}) is an empty array (made by MXNDArrayCreateNone)", name()),
+                }
             }
-        })
-        .collect()
+        }
+    }
+    Ok(arrays)
 }
 
 /// A new NDArray handle for `array` (`None`: an empty array).
 pub(crate) fn new_ndarray(array: Option<NDArray>) -> *mut c_void {
-    insert(Object::NDArray(Arc::new(RwLock::new(array))))
+    REGISTRY.write().insert(Object::NDArray(Arc::new(RwLock::new(array))))
 }
 
 /// A new KVStore handle.
 pub(crate) fn new_kvstore(store: KVStore) -> *mut c_void {
-    insert(Object::KVStore(Arc::new(store)))
+    REGISTRY.write().insert(Object::KVStore(Arc::new(store)))
 }
 
 /// The slot behind an NDArray handle.
@@ -118,15 +144,25 @@ pub(crate) fn kvstore(handle: *mut c_void, arg: &str) -> Result<Arc<KVStore>> {
 
 /// Frees an NDArray handle (its memory lives on while other views or the store use it).
 pub(crate) fn free_ndarray(handle: *mut c_void) -> Result<()> {
-    ndarray_slot(handle, "handle")?;
-    REGISTRY.write().remove(&(handle as usize));
+    let mut registry = REGISTRY.write();
+    match lookup_in(&registry, handle, &|| "handle".to_string(), "NDArrayHandle")? {
+        Object::NDArray(_) => registry.remove(handle),
+        Object::KVStore(_) => crate::bail!("handle ({handle:p}) is a KVStoreHandle, not an NDArrayHandle"),
+    }
     Ok(())
 }
 
 /// Frees a KVStore handle.
 pub(crate) fn free_kvstore(handle: *mut c_void) -> Result<()> {
-    kvstore(handle, "handle")?;
-    REGISTRY.write().remove(&(handle as usize));
+    let mut registry = REGISTRY.write();
+    let object = match lookup_in(&registry, handle, &|| "handle".to_string(), "KVStoreHandle")? {
+        Object::KVStore(store) => store,
+        Object::NDArray(_) => crate::bail!("handle ({handle:p}) is an NDArrayHandle, not a KVStoreHandle"),
+    };
+    registry.remove(handle);
+    drop(registry);
+    // The store's last reference may go here: drop it outside the registry lock.
+    drop(object);
     Ok(())
 }
 
@@ -146,9 +182,14 @@ mod tests {
         free_ndarray(h).unwrap();
         assert!(ndarray(h, "h").unwrap_err().message().contains("already freed"));
         assert!(free_ndarray(h).is_err());
+        // The slot is reused with a new generation: the stale handle stays refused.
+        let reused = new_ndarray(None);
+        assert_ne!(reused, h);
+        assert!(ndarray(h, "h").unwrap_err().message().contains("already freed"));
         assert!(ndarray(std::ptr::null_mut(), "h").unwrap_err().message().contains("NULL"));
-        let none = new_ndarray(None);
-        assert!(ndarray(none, "v").unwrap_err().message().contains("empty array"));
+        assert!(ndarray(reused, "v").unwrap_err().message().contains("empty array"));
+        assert!(ndarray((h as usize + 3) as *mut c_void, "odd").is_err());
+        assert!(ndarray(usize::MAX as *mut c_void, "max").is_err());
         free_kvstore(s).unwrap();
     }
 }

@@ -4,6 +4,7 @@ use super::buffer::Buffer;
 use super::DType;
 use crate::engine::Var;
 use crate::error::Result;
+use crossbeam::utils::CachePadded;
 use parking_lot::RwLock;
 
 /// A storage type. The discriminants are MXNet's `NDArrayStorageType` codes (ABI).
@@ -76,17 +77,20 @@ pub struct Payload {
 
 /// Memory shared by every view of an array, with its engine variable. The engine orders the
 /// ops on `var`; the lock makes each op's access memory-safe and is uncontended in practice.
+/// Each field sits on its own cache lines: the calling thread registers ops on `var` (and
+/// bumps the chunk's refcount) while a worker holds `payload`, and sharing lines between them
+/// costs more than the work on a small array.
 pub struct Chunk {
     /// The bytes.
-    pub payload: RwLock<Payload>,
+    pub payload: CachePadded<RwLock<Payload>>,
     /// The engine variable ordering the ops on this chunk.
-    pub var: Var,
+    pub var: CachePadded<Var>,
 }
 
 impl Chunk {
     /// A chunk holding `payload`.
     pub fn new(payload: Payload) -> Chunk {
-        Chunk { payload: RwLock::new(payload), var: Var::new() }
+        Chunk { payload: CachePadded::new(RwLock::new(payload)), var: CachePadded::new(Var::new()) }
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::engine::{engine, Var};
 use crate::ndarray::NDArray;
 use crate::reduce::{copy_cast_many, sum_into, SumOrder};
+use std::sync::Arc;
 
 /// Destination bytes per batched op: big enough to amortise an op, small enough that a call
 /// with many keys still spreads over the workers.
@@ -43,14 +44,15 @@ fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize) -> Vec<Vec<J>> {
 /// Schedules the sums and returns at once.
 pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
     for batch in batches(jobs, |j| j.dst.data_byte_len() * (j.values.len() + 1)) {
+        // Shared with the op, not cloned: cloning views touches refcounts the workers use too.
+        let batch = Arc::new(batch);
         let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
         let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
-        let (reads, writes): (Vec<&Var>, Vec<&Var>) = (reads, writes);
         let work = {
-            let batch: Vec<(Vec<NDArray>, NDArray)> = batch.iter().map(|j| (j.values.clone(), j.dst.clone())).collect();
+            let batch = Arc::clone(&batch);
             move || {
-                for (values, dst) in &batch {
-                    run_sum(order, values, dst);
+                for job in batch.iter() {
+                    run_sum(order, &job.values, &job.dst);
                 }
             }
         };
@@ -69,13 +71,14 @@ fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray) {
 /// Schedules the copies and returns at once.
 pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
     for batch in batches(jobs, |j| j.src.data_byte_len() * (j.dsts.len() + 1)) {
+        let batch = Arc::new(batch);
         let reads: Vec<&Var> = batch.iter().map(|j| j.src.var()).collect();
         let writes: Vec<&Var> = batch.iter().flat_map(|j| j.dsts.iter().map(|d| d.var())).collect();
         let work = {
-            let batch: Vec<(NDArray, Vec<NDArray>)> = batch.iter().map(|j| (j.src.clone(), j.dsts.clone())).collect();
+            let batch = Arc::clone(&batch);
             move || {
-                for (src, dsts) in &batch {
-                    run_copies(src, dsts);
+                for job in batch.iter() {
+                    run_copies(&job.src, &job.dsts);
                 }
             }
         };
