@@ -3,6 +3,7 @@
 
 pub mod element;
 mod parallel;
+mod stream;
 mod sum;
 
 pub use parallel::ReduceConfig;
@@ -54,13 +55,16 @@ pub fn copy_cast_many(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8
 fn copy_blocks(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
     const BLOCK: usize = 8192;
     let n = src.len() / src_dtype.size();
+    let stream = src.len() >= stream::STREAM_MIN_BYTES;
     let mut start = 0;
     while start < n {
         let end = (start + BLOCK).min(n);
         let s = &src[start * src_dtype.size()..end * src_dtype.size()];
         for (dtype, out) in outs.iter_mut() {
             let d = &mut out[start * dtype.size()..end * dtype.size()];
-            if *dtype == src_dtype {
+            if *dtype == src_dtype && stream {
+                stream::stream_copy(d, s);
+            } else if *dtype == src_dtype {
                 d.copy_from_slice(s);
             } else {
                 copy_cast(src_dtype, s, *dtype, d);
