@@ -87,4 +87,21 @@ static inline void f32_print(const char *label, NDArrayHandle h, size_t n) {
   free(v);
 }
 
+/* The body of the updaters the tests install: local += scale * recv over n float32 elements,
+ * then frees both handles, which the updater owns. Reports element 0 of each before. */
+static inline void update_add_scaled(NDArrayHandle recv, NDArrayHandle local, size_t n, float scale,
+                                     float *recv0, float *local0) {
+  float *r = malloc(sizeof(float) * n), *l = malloc(sizeof(float) * n);
+  CHECK(MXNDArraySyncCopyToCPU(recv, r, n));
+  CHECK(MXNDArraySyncCopyToCPU(local, l, n));
+  if (recv0) *recv0 = r[0];
+  if (local0) *local0 = l[0];
+  for (size_t i = 0; i < n; i++) l[i] += scale * r[i];
+  CHECK(MXNDArraySyncCopyFromCPU(local, l, n));
+  CHECK(MXNDArrayFree(recv));
+  CHECK(MXNDArrayFree(local));
+  free(r);
+  free(l);
+}
+
 #endif

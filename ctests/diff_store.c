@@ -12,29 +12,17 @@ static void show(const char *label, NDArrayHandle h) { f32_print(label, h, N); }
 
 /* --- updaters that log what they receive and apply stored += 2 * recv ---------------- */
 
-static void apply_double(NDArrayHandle recv, NDArrayHandle local, float *r0, float *l0) {
-  float r[N], l[N];
-  CHECK(MXNDArraySyncCopyToCPU(recv, r, N));
-  CHECK(MXNDArraySyncCopyToCPU(local, l, N));
-  *r0 = r[0];
-  *l0 = l[0];
-  for (int i = 0; i < N; i++) l[i] += 2 * r[i];
-  CHECK(MXNDArraySyncCopyFromCPU(local, l, N));
-  CHECK(MXNDArrayFree(recv));
-  CHECK(MXNDArrayFree(local));
-}
-
 static void int_updater(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
   int dev_type = -1, dev_id = -1;
   CHECK(MXNDArrayGetContext(local, &dev_type, &dev_id));
   float r0, l0;
-  apply_double(recv, local, &r0, &l0);
+  update_add_scaled(recv, local, N, 2, &r0, &l0);
   printf("  %s updater: key=%d recv=%g local=%g local_ctx=(%d,%d)\n", (const char *)user, key, r0, l0, dev_type, dev_id);
 }
 
 static void str_updater(const char *key, NDArrayHandle recv, NDArrayHandle local, void *user) {
   float r0, l0;
-  apply_double(recv, local, &r0, &l0);
+  update_add_scaled(recv, local, N, 2, &r0, &l0);
   printf("  %s str updater: key=%s recv=%g local=%g\n", (const char *)user, key, r0, l0);
 }
 

@@ -15,13 +15,7 @@ static volatile int done = 0;
 static void add(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
   (void)key;
   (void)user;
-  float r[N], l[N];
-  CHECK(MXNDArraySyncCopyToCPU(recv, r, N));
-  CHECK(MXNDArraySyncCopyToCPU(local, l, N));
-  for (int i = 0; i < N; i++) l[i] += r[i];
-  CHECK(MXNDArraySyncCopyFromCPU(local, l, N));
-  CHECK(MXNDArrayFree(recv));
-  CHECK(MXNDArrayFree(local));
+  update_add_scaled(recv, local, N, 1, NULL, NULL);
 }
 
 static void *pusher(void *arg) {
