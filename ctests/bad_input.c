@@ -235,6 +235,19 @@ static void array_arguments(void) {
   FAILS(MXKVStoreSetGradientCompression(kv, 1, gk, gv), "Unknown type for gradient compression 3bit");
   FAILS(MXKVStoreSetGradientCompression(kv, 2, tk, tv), "threshold must be greater than 0");
   FAILS(MXKVStoreSetGradientCompression(kv, 1, (const char *[]){"threshold"}, (const char *[]){"0.5"}), "type");
+  /* compression: float32 only (MXNet reinterprets other dtypes as float) */
+  KVStoreHandle dev;
+  CHECK(MXKVStoreCreate("device", &dev));
+  const char *ck[2] = {"type", "threshold"}, *cv[2] = {"2bit", "0.5"};
+  CHECK(MXKVStoreSetGradientCompression(dev, 2, ck, cv));
+  uint32_t four = 4;
+  NDArrayHandle f64;
+  CHECK(MXNDArrayCreateEx(&four, 1, DEV_CPU, 0, 0, DT_F64, &f64));
+  int dk = 1;
+  CHECK(MXKVStoreInit(dev, 1, &dk, &f64));
+  FAILS(MXKVStorePush(dev, 1, &dk, &f64, 0), "only supported for float32");
+  CHECK(MXNDArrayFree(f64));
+  CHECK(MXKVStoreFree(dev));
   /* the message names the call */
   int k = 99;
   FAILS(MXKVStorePull(kv, 1, &k, &val, 0), "MXKVStorePull: key 99");
@@ -253,6 +266,29 @@ static void adding_updater(int key, NDArrayHandle recv, NDArrayHandle local, voi
   CHECK(MXNDArraySyncCopyFromCPU(local, l, N));
   CHECK(MXNDArrayFree(recv));
   CHECK(MXNDArrayFree(local));
+}
+
+/* A compressed device store whose value count per key grows: new positions get fresh
+ * residuals (MXNet overruns its per-position buffers). */
+static void compression_with_growing_value_counts(void) {
+  KVStoreHandle dev;
+  CHECK(MXKVStoreCreate("device", &dev));
+  const char *ck[2] = {"type", "threshold"}, *cv[2] = {"2bit", "0.5"};
+  CHECK(MXKVStoreSetGradientCompression(dev, 2, ck, cv));
+  int k = 1, keys4[4] = {1, 1, 1, 1};
+  NDArrayHandle zero = f32_filled(N, 0, 0), out = f32_filled(N, 0, 0), g[4];
+  for (int d = 0; d < 4; d++) g[d] = f32_filled(N, 0.3f, d);
+  CHECK(MXKVStoreInit(dev, 1, &k, &zero));
+  CHECK(MXKVStorePush(dev, 2, keys4, g, 0)); /* residuals 0.3 0.3: nothing sent */
+  CHECK(MXKVStorePull(dev, 1, &k, &out, 0));
+  TRUE(f32_uniform(out, N) == 0);
+  CHECK(MXKVStorePush(dev, 4, keys4, g, 0)); /* 0.6 0.6 0.3 0.3: two halves sent */
+  CHECK(MXKVStorePull(dev, 1, &k, &out, 0));
+  TRUE(f32_uniform(out, N) == 1);
+  for (int d = 0; d < 4; d++) CHECK(MXNDArrayFree(g[d]));
+  CHECK(MXNDArrayFree(zero));
+  CHECK(MXNDArrayFree(out));
+  CHECK(MXKVStoreFree(dev));
 }
 
 static void improvements(void) {
@@ -346,6 +382,7 @@ int main(void) {
   store_semantics();
   array_arguments();
   improvements();
+  compression_with_growing_value_counts();
   per_thread_errors();
   TRUE(stored(3) == 7 && stored_str("w") == 5);
   CHECK(MXNDArrayFree(val));

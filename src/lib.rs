@@ -3,6 +3,7 @@
 //! The safe core (`ndarray`, `engine`, `reduce`, `store`, `gpu`) knows nothing of C; the
 //! `ffi` module is the thin `extern "C"` layer that validates arguments and delegates.
 
+pub mod compression;
 pub mod engine;
 pub mod error;
 pub mod ffi;

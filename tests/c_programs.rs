@@ -149,3 +149,8 @@ fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));
 }
+
+#[test]
+fn diff_compression() {
+    differential("diff_compression");
+}

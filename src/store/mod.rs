@@ -11,12 +11,13 @@ pub use keys::{KeyRegistry, KeyType, Keys};
 pub use kind::StoreKind;
 pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
+use crate::compression::GradientCompression;
 use crate::error::Result;
 use crate::ndarray::{Context, NDArray};
 use crate::reduce::SumOrder;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushGroup;
-use schedule::{schedule_copies, schedule_sums, CopyJob, SumJob};
+use schedule::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, CopyJob, SumJob};
 use std::collections::HashMap;
 use std::ffi::CString;
 
@@ -28,13 +29,37 @@ pub(crate) struct Entry {
     stored: NDArray,
     /// Reused buffer for the sum handed to an updater when several values are pushed.
     merge: Option<NDArray>,
+    /// Gradient-compression residuals, one per position in the key's pushed values.
+    residuals: Vec<NDArray>,
+}
+
+impl Entry {
+    fn new(stored: NDArray) -> Entry {
+        Entry { stored, merge: None, residuals: Vec::new() }
+    }
+
+    /// The merge buffer, made on first use.
+    fn merge_buffer(&mut self) -> Result<NDArray> {
+        if self.merge.is_none() {
+            self.merge = Some(NDArray::zeros(self.stored.shape(), STORE_CONTEXT, self.stored.dtype())?);
+        }
+        self.merge.clone().ok_or_else(|| crate::Error::new("merge buffer missing"))
+    }
+
+    /// At least `n` residuals (new positions start at zero: MXNet would overrun its buffers).
+    fn residuals(&mut self, n: usize) -> Result<Vec<NDArray>> {
+        while self.residuals.len() < n {
+            self.residuals.push(NDArray::zeros(self.stored.shape(), STORE_CONTEXT, self.stored.dtype())?);
+        }
+        Ok(self.residuals[..n].to_vec())
+    }
 }
 
 #[derive(Default)]
 struct State {
     keys: KeyRegistry,
     entries: HashMap<i32, Entry>,
-    compression: Option<Vec<(String, String)>>,
+    compression: Option<GradientCompression>,
     barrier_before_exit: bool,
 }
 
@@ -105,7 +130,7 @@ impl KVStore {
         state.keys = registry;
         for (id, value) in plan {
             let stored = value.deep_copy(STORE_CONTEXT, 0)?;
-            state.entries.insert(id, Entry { stored, merge: None });
+            state.entries.insert(id, Entry::new(stored));
         }
         Ok(())
     }
@@ -118,6 +143,7 @@ impl KVStore {
             let mut state = self.state.lock();
             let ids = state.keys.lookup(&keys)?;
             let plan = plan::plan_push(&state.entries, &ids, &Self::shown(&state.keys), values)?;
+            plan::check_compressible(self.active_compression(&state), &plan, &Self::shown(&state.keys))?;
             state.keys.fix_type(&keys);
             self.schedule_push(&mut state, plan, priority)?
         };
@@ -150,6 +176,7 @@ impl KVStore {
             let (plan, copies) = {
                 let shown = Self::shown(&state.keys);
                 let plan = plan::plan_push(&state.entries, &vids, &shown, values)?;
+                plan::check_compressible(self.active_compression(&state), &plan, &shown)?;
                 let entries = &state.entries;
                 let lookup = |id: i32| entries.get(&id).map(|e| e.stored.clone());
                 (plan, plan::plan_pull(&lookup, &oids, &shown, outs, true)?)
@@ -187,7 +214,7 @@ impl KVStore {
         state.keys = registry;
         for ((id, value), (_, dst)) in inits.iter().zip(stored) {
             value.schedule_copy_to(&dst, priority);
-            state.entries.insert(*id, Entry { stored: dst, merge: None });
+            state.entries.insert(*id, Entry::new(dst));
         }
         schedule_copies(copy_jobs(copies), priority);
         Ok(())
@@ -203,30 +230,18 @@ impl KVStore {
         self.updaters.write().int = updater;
     }
 
-    /// Records gradient-compression parameters after checking them as MXNet 1.9 does.
+    /// Sets gradient compression (`2bit` as MXNet 1.9, `1bit` as MXNet 2.0). `device` stores
+    /// apply it to every push from now on; `local` stores accept it and ignore it, as MXNet's
+    /// CommCPU does.
     pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
-        let mut kind = None;
-        let mut threshold = 0.5f64;
-        for (k, v) in params {
-            match k.as_str() {
-                "type" => kind = Some(v.as_str()),
-                "threshold" => {
-                    threshold = v.trim().parse().map_err(|_| crate::Error::new(format!("threshold '{v}' is not a number")))?
-                }
-                _ => {} // MXNet ignores unknown keys (InitAllowUnknown).
-            }
-        }
-        let Some(kind) = kind else { crate::bail!("gradient compression needs the parameter 'type'") };
-        crate::ensure!(threshold > 0.0, "threshold must be greater than 0 (got {threshold})");
-        crate::ensure!(kind == "2bit", "Unknown type for gradient compression {kind}");
-        crate::ensure!(
-            self.kind == StoreKind::Local,
-            "gradient compression on '{}' stores is not supported yet",
-            self.type_name.to_string_lossy()
-        );
-        // MXNet's CommCPU accepts and ignores compression: so does a local store here.
-        self.state.lock().compression = Some(params.to_vec());
+        let gc = GradientCompression::from_params(params)?;
+        self.state.lock().compression = Some(gc);
         Ok(())
+    }
+
+    /// The compression a push applies: only `device` stores compress.
+    fn active_compression(&self, state: &State) -> Option<GradientCompression> {
+        state.compression.filter(|_| self.kind == StoreKind::Device)
     }
 
     /// Row-sparse pulls: checks the keys, then refuses (row_sparse values land with their own
@@ -255,28 +270,33 @@ impl KVStore {
     fn schedule_push(&self, state: &mut State, plan: Vec<PushGroup>, priority: i32) -> Result<Vec<UpdaterCall>> {
         let updaters = self.updaters.read().clone();
         let string_keys = state.keys.key_type() == Some(KeyType::Str);
-        if !updaters.active(string_keys) {
-            let jobs = plan.into_iter().map(|g| SumJob { values: g.values, dst: g.stored }).collect();
-            schedule_sums(self.sum_order(), jobs, priority);
-            return Ok(Vec::new());
-        }
-        let mut calls = Vec::with_capacity(plan.len());
+        let compression = self.active_compression(state);
+        let with_updater = updaters.active(string_keys);
+        let (mut sums, mut compressed, mut calls) = (Vec::new(), Vec::new(), Vec::new());
         for g in plan {
-            let recv = if g.values.len() == 1 {
-                // MXNet hands a single pushed value to the updater as it is.
-                g.values[0].clone()
-            } else {
-                let entry = state.entries.get_mut(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
-                if entry.merge.is_none() {
-                    entry.merge = Some(NDArray::zeros(g.stored.shape(), STORE_CONTEXT, g.stored.dtype())?);
-                }
-                let merge = entry.merge.clone().ok_or_else(|| crate::Error::new("merge buffer missing"))?;
-                schedule_sums(self.sum_order(), vec![SumJob { values: g.values, dst: merge.clone() }], priority);
-                merge
+            let entry = state.entries.get_mut(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
+            // Where the sum goes: the stored value, or (with an updater) the value handed to
+            // it — MXNet hands over a single uncompressed value as it is.
+            let dst = match (with_updater, g.values.len(), compression) {
+                (false, _, _) => g.stored.clone(),
+                (true, 1, None) => g.values[0].clone(),
+                (true, _, _) => entry.merge_buffer()?,
             };
-            let key = updaters.key_for(g.id, state.keys.name(g.id).filter(|_| string_keys));
-            calls.push(UpdaterCall { key, recv, local: g.stored, updaters: updaters.clone() });
+            match compression {
+                Some(gc) => {
+                    let residuals = entry.residuals(g.values.len())?;
+                    compressed.push(CompressedSumJob { values: g.values, residuals, dst: dst.clone(), compression: gc });
+                }
+                None if !(with_updater && g.values.len() == 1) => sums.push(SumJob { values: g.values, dst: dst.clone() }),
+                None => {}
+            }
+            if with_updater {
+                let key = updaters.key_for(g.id, state.keys.name(g.id).filter(|_| string_keys));
+                calls.push(UpdaterCall { key, recv: dst, local: g.stored, updaters: updaters.clone() });
+            }
         }
+        schedule_sums(self.sum_order(), sums, priority);
+        schedule_compressed_sums(compressed, priority);
         Ok(calls)
     }
 

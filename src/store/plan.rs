@@ -84,6 +84,26 @@ pub(crate) fn plan_push(
     Ok(plan)
 }
 
+/// Checks that a compressed push only carries float32 values, as MXNet requires.
+pub(crate) fn check_compressible(
+    compression: Option<crate::compression::GradientCompression>,
+    plan: &[PushGroup],
+    shown: &dyn Fn(i32) -> String,
+) -> Result<()> {
+    if compression.is_none() {
+        return Ok(());
+    }
+    for g in plan {
+        crate::ensure!(
+            g.stored.dtype() == crate::ndarray::DType::Float32,
+            "Gradient compression is only supported for float32 type of parameters (key {} is {})",
+            shown(g.id),
+            g.stored.dtype().name()
+        );
+    }
+    Ok(())
+}
+
 /// Checks a pull and returns the `(stored, output)` copies to make. Sparse outputs are skipped
 /// when `ignore_sparse`, before the key is checked, as in MXNet.
 pub(crate) fn plan_pull(

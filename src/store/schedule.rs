@@ -2,7 +2,9 @@
 //! engine's per-op cost (registration, a worker wake-up) would otherwise dominate a call that
 //! moves a few kilobytes per key. Big keys get an op each, split over threads inside.
 
+use crate::compression::GradientCompression;
 use crate::engine::{engine, Var};
+use crate::ndarray::buffer::{typed, typed_mut};
 use crate::ndarray::NDArray;
 use crate::reduce::{copy_cast_many, sum_into, SumOrder};
 use std::sync::Arc;
@@ -15,6 +17,14 @@ const BATCH_BYTES: usize = 1 << 20;
 pub(crate) struct SumJob {
     pub values: Vec<NDArray>,
     pub dst: NDArray,
+}
+
+/// `dst = Σ dequantize(quantize(values[i], residuals[i]))` for one key.
+pub(crate) struct CompressedSumJob {
+    pub values: Vec<NDArray>,
+    pub residuals: Vec<NDArray>,
+    pub dst: NDArray,
+    pub compression: GradientCompression,
 }
 
 /// `dsts[i] = src` for one key.
@@ -66,6 +76,48 @@ fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray) {
     let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
     let dtype = dst.dtype();
     dst.write_bytes(|d| sum_into(dtype, order, d, &srcs));
+}
+
+/// Schedules compressed sums (float32 values, checked) and returns at once.
+pub(crate) fn schedule_compressed_sums(jobs: Vec<CompressedSumJob>, priority: i32) {
+    for batch in batches(jobs, |j| j.dst.data_byte_len() * (2 * j.values.len() + 1)) {
+        let batch = Arc::new(batch);
+        let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
+        let writes: Vec<&Var> =
+            batch.iter().flat_map(|j| j.residuals.iter().map(|r| r.var()).chain(std::iter::once(j.dst.var()))).collect();
+        let work = {
+            let batch = Arc::clone(&batch);
+            move || {
+                for job in batch.iter() {
+                    run_compressed_sum(job);
+                }
+            }
+        };
+        engine().push(&reads, &writes, priority, Box::new(work));
+    }
+}
+
+/// Quantises each value against its residual, dequantises, and sums left to right as MXNet's
+/// CommDevice does (`((d0 + d1) + d2) + ...`).
+fn run_compressed_sum(job: &CompressedSumJob) {
+    let gc = job.compression;
+    let views: Vec<_> = job.values.iter().map(|v| v.read_view()).collect();
+    let mut residuals: Vec<_> = job.residuals.iter().map(|r| r.write_view()).collect();
+    let mut dst = job.dst.write_view();
+    let out = typed_mut::<f32>(dst.bytes_mut());
+    let mut packed = vec![0u8; gc.packed_bytes(out.len())];
+    let mut dequantized = vec![0f32; out.len()];
+    for (i, (value, residual)) in views.iter().zip(residuals.iter_mut()).enumerate() {
+        gc.quantize(typed::<f32>(value.bytes()), typed_mut::<f32>(residual.bytes_mut()), &mut packed);
+        if i == 0 {
+            gc.dequantize(&packed, out);
+        } else {
+            gc.dequantize(&packed, &mut dequantized);
+            for (o, d) in out.iter_mut().zip(&dequantized) {
+                *o += *d;
+            }
+        }
+    }
 }
 
 /// Schedules the copies and returns at once.
