@@ -205,8 +205,25 @@ static void store_semantics(void) {
   NDArrayHandle bb[2] = {b, b};
   FAILS(MXKVStorePush(kv, 2, bkeys, bb, 0), "bool");
   CHECK(MXKVStorePush(kv, 1, &bk, &b, 0));
-  /* row_sparse pulls are not built yet: a clear error */
-  FAILS(MXKVStorePullRowSparse(kv, 1, &k, &val, &val, 0), "not supported");
+  /* row_sparse_pull into a dense output, of a dense key */
+  FAILS(MXKVStorePullRowSparse(kv, 1, &k, &val, &val, 0), "Expected row_sparse storage type for row_sparse_pull values");
+  uint32_t rs_shape[1] = {N}, aux_ndim = 1, aux_len = 0;
+  int aux_type = DT_I64;
+  NDArrayHandle rs;
+  CHECK(MXNDArrayCreateSparseEx(1, rs_shape, 1, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_len, &rs));
+  FAILS(MXKVStorePullRowSparse(kv, 1, &k, &rs, &val, 0), "PullRowSparse expects row_sparse src");
+  FAILS(MXKVStorePullRowSparse(kv, 1, &k, &rs, &rs, 0), "Expected default storage type for row_sparse_pull rowids");
+  /* csr values are not supported in the store */
+  uint32_t csr_shape[2] = {2, 2}, csr_ndims[2] = {1, 1}, csr_aux[2] = {3, 0};
+  int csr_types[2] = {DT_I64, DT_I64};
+  NDArrayHandle csr;
+  CHECK(MXNDArrayCreateSparseEx(2, csr_shape, 2, DEV_CPU, 0, 0, DT_F32, 2, csr_types, csr_ndims, csr_aux, &csr));
+  int ck = 70;
+  FAILS(MXKVStoreInit(kv, 1, &ck, &csr), "csr");
+  FAILS(MXKVStorePush(kv, 1, &k, &csr, 0), "Unexpected storage type detected during kvstore push: csr");
+  CHECK(MXNDArrayFree(rs));
+  CHECK(MXNDArrayFree(csr));
+  TRUE(stored(3) == 7);
   NDArrayHandle all[] = {small, f64, hundred, b};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CHECK(MXNDArrayFree(all[i]));
 }

@@ -154,3 +154,8 @@ fn threads() {
 fn diff_compression() {
     differential("diff_compression");
 }
+
+#[test]
+fn diff_sparse() {
+    differential("diff_sparse");
+}

@@ -172,9 +172,8 @@ pub extern "C" fn MXKVStorePullRowSparse(
     row_ids: *const NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    let _ = priority;
     ffi_boundary!("MXKVStorePullRowSparse", {
-        calls::pull_row_sparse(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, row_ids)
+        calls::pull_row_sparse(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, row_ids, priority)
     })
 }
 
@@ -190,9 +189,8 @@ pub extern "C" fn MXKVStorePullRowSparseEx(
     row_ids: *const NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    let _ = priority;
     ffi_boundary!("MXKVStorePullRowSparseEx", {
-        calls::pull_row_sparse(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, row_ids)
+        calls::pull_row_sparse(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, row_ids, priority)
     })
 }
 

@@ -51,12 +51,18 @@ pub(crate) fn pull(h: KVStoreHandle, keys: Keys, outs: *const NDArrayHandle, pri
     store.pull(keys, &outs, priority, ignore_sparse)
 }
 
-/// `PullRowSparse` for either key family: row_sparse values come with their own issue.
-pub(crate) fn pull_row_sparse(h: KVStoreHandle, keys: Keys, outs: *const NDArrayHandle, row_ids: *const NDArrayHandle) -> Result<()> {
+/// `PullRowSparse` for either key family.
+pub(crate) fn pull_row_sparse(
+    h: KVStoreHandle,
+    keys: Keys,
+    outs: *const NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    priority: c_int,
+) -> Result<()> {
     let store = store(h)?;
-    arrays(outs, keys.len(), "vals")?;
-    arrays(row_ids, keys.len(), "row_ids")?;
-    store.pull_row_sparse(keys)
+    let outs = arrays(outs, keys.len(), "vals")?;
+    let row_ids = arrays(row_ids, keys.len(), "row_ids")?;
+    store.pull_row_sparse(keys, &outs, &row_ids, priority)
 }
 
 /// Which of push-pull or broadcast a two-list call is.

@@ -6,6 +6,13 @@ use crate::engine::engine;
 use crate::error::Result;
 use crate::reduce::copy_cast;
 
+/// A buffer holding `bytes`.
+fn buffer_from(bytes: &[u8]) -> Result<super::buffer::Buffer> {
+    let mut buf = super::buffer::Buffer::zeroed(bytes.len())?;
+    buf.bytes_mut().copy_from_slice(bytes);
+    Ok(buf)
+}
+
 impl NDArray {
     /// Checks that `self` can be copied into `dst`: both dense, same shape (dtypes may differ;
     /// values are cast as MXNet's `CopyFromTo` does).
@@ -21,10 +28,64 @@ impl NDArray {
         Ok(())
     }
 
-    /// Schedules `dst = self` (checked by [`NDArray::check_copy_to`]) and returns at once.
+    /// Checks that `self` can be copied into `dst` whatever their storage types (dense or
+    /// row_sparse; csr is refused): same shape, dtypes may differ.
+    pub fn check_copy_any_to(&self, dst: &NDArray) -> Result<()> {
+        for a in [self, dst] {
+            crate::ensure!(a.stype() != StorageType::Csr, "csr arrays are not supported here");
+        }
+        crate::ensure!(
+            self.shape() == dst.shape(),
+            "shape mismatch: source {} vs destination {}",
+            shape_string(self.shape()),
+            shape_string(dst.shape())
+        );
+        Ok(())
+    }
+
+    /// Schedules `dst = self` (checked by [`NDArray::check_copy_any_to`]) and returns at once.
     pub fn schedule_copy_to(&self, dst: &NDArray, priority: i32) {
         let (src, out) = (self.clone(), dst.clone());
-        engine().push(&[self.var()], &[dst.var()], priority, Box::new(move || src.copy_into_now(&out)));
+        engine().push(&[self.var()], &[dst.var()], priority, Box::new(move || src.copy_any_now(&out)));
+    }
+
+    /// `dst = self` across storage types, as MXNet's CopyFromTo with cast_storage: a row_sparse
+    /// source fills a dense destination with zeros for absent rows; a dense source fills a
+    /// row_sparse destination with its non-zero rows. The caller has ordered it.
+    pub(crate) fn copy_any_now(&self, dst: &NDArray) {
+        use crate::reduce::sparse;
+        let cast = |bytes: Vec<u8>, rows: usize| -> Vec<u8> {
+            if self.dtype() == dst.dtype() {
+                return bytes;
+            }
+            let mut out = vec![0u8; rows * dst.row_bytes()];
+            copy_cast(self.dtype(), &bytes, dst.dtype(), &mut out);
+            out
+        };
+        match (self.stype(), dst.stype()) {
+            (StorageType::Default, StorageType::Default) => self.copy_into_now(dst),
+            (StorageType::RowSparse, StorageType::Default) => {
+                let rows = self.rows_now();
+                let data = cast(rows.data, rows.ids.len());
+                dst.write_bytes(|d| sparse::densify(dst.row_bytes(), &rows.ids, &data, d));
+            }
+            (StorageType::Default, StorageType::RowSparse) => {
+                let dense = cast(self.read_bytes(|b| b.to_vec()), self.shape().first().copied().unwrap_or(1));
+                let (ids, data) = sparse::sparsify(dst.row_bytes(), &dense);
+                if let Ok(buf) = buffer_from(&data) {
+                    let _ = dst.set_rows_now(&ids, buf);
+                }
+            }
+            (StorageType::RowSparse, StorageType::RowSparse) if !self.same_chunk(dst) => {
+                let rows = self.rows_now();
+                let data = cast(rows.data, rows.ids.len());
+                if let Ok(buf) = buffer_from(&data) {
+                    let _ = dst.set_rows_now(&rows.ids, buf);
+                }
+            }
+            // csr is refused when the copy is checked; a row_sparse array onto itself is a no-op.
+            _ => {}
+        }
     }
 
     /// Schedules `dst = self` for every `dst` (each checked) as one op, and returns at once:
@@ -61,14 +122,14 @@ impl NDArray {
         self.read_bytes(|s| dst.write_bytes(|d| copy_cast(self.dtype, s, dst.dtype, d)));
     }
 
-    /// A new dense array on `ctx` holding a copy of this one, scheduled on the engine.
+    /// A new array on `ctx` with this one's storage type holding a copy of it, scheduled on
+    /// the engine.
     pub fn deep_copy(&self, ctx: super::Context, priority: i32) -> Result<NDArray> {
-        crate::ensure!(
-            self.stype() == StorageType::Default,
-            "copying {} arrays is not supported yet",
-            self.stype().name()
-        );
-        let copy = NDArray::zeros(self.shape(), ctx, self.dtype())?;
+        let copy = match self.stype() {
+            StorageType::Default => NDArray::zeros(self.shape(), ctx, self.dtype())?,
+            StorageType::RowSparse => NDArray::empty_row_sparse(self.shape(), ctx, self.dtype())?,
+            StorageType::Csr => crate::bail!("copying csr arrays is not supported"),
+        };
         self.schedule_copy_to(&copy, priority);
         Ok(copy)
     }

@@ -5,11 +5,13 @@ pub mod buffer;
 mod context;
 mod copy;
 mod dtype;
+mod row_sparse;
 mod sparse;
 mod storage;
 
 pub use context::{Context, DeviceType};
 pub use dtype::{DType, ALL_DTYPES};
+pub use row_sparse::Rows;
 pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
 
 use crate::engine::{engine, Var};

@@ -3,6 +3,7 @@
 
 pub mod element;
 mod parallel;
+pub mod sparse;
 mod stream;
 mod sum;
 

@@ -13,7 +13,7 @@ pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
 use crate::compression::GradientCompression;
 use crate::error::Result;
-use crate::ndarray::{Context, NDArray};
+use crate::ndarray::{Context, NDArray, StorageType};
 use crate::reduce::SumOrder;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushGroup;
@@ -244,11 +244,19 @@ impl KVStore {
         state.compression.filter(|_| self.kind == StoreKind::Device)
     }
 
-    /// Row-sparse pulls: checks the keys, then refuses (row_sparse values land with their own
-    /// issue).
-    pub fn pull_row_sparse(&self, keys: Keys) -> Result<()> {
-        self.state.lock().keys.lookup(&keys)?;
-        crate::bail!("row_sparse_pull is not supported by libkvstore yet")
+    /// Pulls the rows `row_ids[i]` (any shape and dtype, unsorted, repeated) of each key into
+    /// the row_sparse `outs[i]`: the output's rows are the sorted unique ids, absent rows zero.
+    pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
+        check_len(&keys, outs.len())?;
+        check_len(&keys, row_ids.len())?;
+        let mut state = self.state.lock();
+        let ids = state.keys.lookup(&keys)?;
+        let plan = plan::plan_row_sparse_pull(&state.entries, &ids, &Self::shown(&state.keys), outs, row_ids)?;
+        state.keys.fix_type(&keys);
+        for (stored, out, rid) in plan {
+            schedule::schedule_row_sparse_pull(stored, out, rid, priority);
+        }
+        Ok(())
     }
 
     /// Records whether freeing a distributed store waits at a barrier (no effect locally).
@@ -277,9 +285,24 @@ impl KVStore {
             let entry = state.entries.get_mut(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             // Where the sum goes: the stored value, or (with an updater) the value handed to
             // it — MXNet hands over a single uncompressed value as it is.
+            let sparse_sum = g.values.iter().all(|v| v.stype() == StorageType::RowSparse);
             let dst = match (with_updater, g.values.len(), compression) {
-                (false, _, _) => g.stored.clone(),
+                (false, _, _) => {
+                    // As MXNet: a sum of another storage type than the stored value's replaces
+                    // it with one of the sum's type (a dense key pushed row_sparse values
+                    // becomes row_sparse).
+                    let want = if sparse_sum { StorageType::RowSparse } else { StorageType::Default };
+                    if entry.stored.stype() != want {
+                        let (shape, dtype) = (entry.stored.shape().to_vec(), entry.stored.dtype());
+                        entry.stored = match want {
+                            StorageType::RowSparse => NDArray::empty_row_sparse(&shape, STORE_CONTEXT, dtype)?,
+                            _ => NDArray::zeros(&shape, STORE_CONTEXT, dtype)?,
+                        };
+                    }
+                    entry.stored.clone()
+                }
                 (true, 1, None) => g.values[0].clone(),
+                (true, _, _) if sparse_sum => NDArray::empty_row_sparse(g.stored.shape(), STORE_CONTEXT, g.stored.dtype())?,
                 (true, _, _) => entry.merge_buffer()?,
             };
             match compression {

@@ -45,11 +45,7 @@ pub(crate) fn plan_push(
         let stored = &entry.stored;
         for v in &vals {
             match v.stype() {
-                StorageType::Default => {}
-                StorageType::RowSparse => crate::bail!(
-                    "pushing row_sparse values to key {} is not supported yet",
-                    shown(id)
-                ),
+                StorageType::Default | StorageType::RowSparse => {}
                 other => crate::bail!(
                     "Unexpected storage type detected during kvstore push: {} (key {})",
                     other.name(),
@@ -95,6 +91,11 @@ pub(crate) fn check_compressible(
     }
     for g in plan {
         crate::ensure!(
+            g.values.iter().all(|v| v.stype() == StorageType::Default),
+            "gradient compression does not support row_sparse values (key {})",
+            shown(g.id)
+        );
+        crate::ensure!(
             g.stored.dtype() == crate::ndarray::DType::Float32,
             "Gradient compression is only supported for float32 type of parameters (key {} is {})",
             shown(g.id),
@@ -125,10 +126,9 @@ pub(crate) fn plan_pull(
         let stored = lookup(id).ok_or_else(|| not_inited(&shown(id)))?;
         for out in outs_of {
             crate::ensure!(
-                out.stype() == StorageType::Default,
-                "pulling key {} into a {} output is not supported yet",
-                shown(id),
-                out.stype().name()
+                out.stype() != StorageType::Csr,
+                "pulling key {} into a csr output is not supported",
+                shown(id)
             );
             crate::ensure!(
                 out.shape() == stored.shape(),
@@ -141,6 +141,46 @@ pub(crate) fn plan_pull(
         }
     }
     Ok(copies)
+}
+
+/// Checks a row_sparse pull and returns the `(stored, output, row ids)` to schedule, with
+/// MXNet's messages.
+pub(crate) fn plan_row_sparse_pull(
+    entries: &HashMap<i32, Entry>,
+    ids: &[i32],
+    shown: &dyn Fn(i32) -> String,
+    outs: &[NDArray],
+    row_ids: &[NDArray],
+) -> Result<Vec<(NDArray, NDArray, NDArray)>> {
+    let mut plan = Vec::with_capacity(ids.len());
+    for ((&id, out), rid) in ids.iter().zip(outs).zip(row_ids) {
+        crate::ensure!(
+            out.stype() == StorageType::RowSparse,
+            "Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
+            out.stype().name()
+        );
+        crate::ensure!(
+            rid.stype() == StorageType::Default,
+            "Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
+            rid.stype().name()
+        );
+        let stored = &entries.get(&id).ok_or_else(|| not_inited(&shown(id)))?.stored;
+        crate::ensure!(
+            stored.stype() == StorageType::RowSparse,
+            "PullRowSparse expects row_sparse src NDArray (key {} is {})",
+            shown(id),
+            stored.stype().name()
+        );
+        crate::ensure!(
+            out.shape() == stored.shape(),
+            "shape mismatch for key {}: the stored value has shape {}, the output {}",
+            shown(id),
+            shape_string(stored.shape()),
+            shape_string(out.shape())
+        );
+        plan.push((stored.clone(), out.clone(), rid.clone()));
+    }
+    Ok(plan)
 }
 
 /// Checks an init: new keys, distinct within the call, dense values.
@@ -159,10 +199,9 @@ pub(crate) fn plan_init(
             shown(id)
         );
         crate::ensure!(
-            v.stype() == StorageType::Default,
-            "initialising key {} with a {} value is not supported yet",
-            shown(id),
-            v.stype().name()
+            v.stype() != StorageType::Csr,
+            "initialising key {} with a csr value is not supported",
+            shown(id)
         );
         plan.push((id, v.clone()));
     }

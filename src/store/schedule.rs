@@ -5,7 +5,8 @@
 use crate::compression::GradientCompression;
 use crate::engine::{engine, Var};
 use crate::ndarray::buffer::{typed, typed_mut};
-use crate::ndarray::NDArray;
+use crate::ndarray::{NDArray, StorageType};
+use crate::reduce::sparse;
 use crate::reduce::{copy_cast_many, sum_into, SumOrder};
 use std::sync::Arc;
 
@@ -70,8 +71,37 @@ pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
     }
 }
 
-/// The sum of one key, under the chunks' locks (values never share memory with `dst`).
+/// The sum of one key, under the chunks' locks (values never share memory with `dst`). A
+/// row_sparse `dst` (all values row_sparse) gets the union of the rows; a dense `dst` with
+/// row_sparse values among its sources sums their dense forms.
 fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray) {
+    if dst.stype() == StorageType::RowSparse {
+        let rows: Vec<_> = values.iter().map(|v| v.rows_now()).collect();
+        let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (&r.ids[..], &r.data[..])).collect();
+        // Allocation failure is the only error; the op has no caller to report to.
+        if let Ok((ids, data)) = sparse::sum_rows(dst.dtype(), dst.row_bytes(), &inputs) {
+            let _ = dst.set_rows_now(&ids, data);
+        }
+        return;
+    }
+    if values.iter().any(|v| v.stype() != StorageType::Default) {
+        let dense: Vec<Vec<u8>> = values
+            .iter()
+            .map(|v| match v.stype() {
+                StorageType::Default => v.read_bytes(|b| b.to_vec()),
+                _ => {
+                    let rows = v.rows_now();
+                    let mut b = vec![0u8; dst.data_byte_len()];
+                    sparse::densify(v.row_bytes(), &rows.ids, &rows.data, &mut b);
+                    b
+                }
+            })
+            .collect();
+        let srcs: Vec<&[u8]> = dense.iter().map(|b| &b[..]).collect();
+        let dtype = dst.dtype();
+        dst.write_bytes(|d| sum_into(dtype, order, d, &srcs));
+        return;
+    }
     let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
     let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
     let dtype = dst.dtype();
@@ -140,7 +170,15 @@ pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
 
 /// Copies `src` into every `dst`, reading `src` once per block while writing all outputs.
 fn run_copies(src: &NDArray, dsts: &[NDArray]) {
-    // Outputs sharing memory with the source or with each other take the plain path.
+    // Sparse sides, and outputs sharing memory with the source or with each other, take the
+    // general path.
+    let dense = src.stype() == StorageType::Default && dsts.iter().all(|d| d.stype() == StorageType::Default);
+    if !dense {
+        for d in dsts {
+            src.copy_any_now(d);
+        }
+        return;
+    }
     let distinct = dsts.iter().enumerate().all(|(i, d)| !d.same_chunk(src) && dsts[..i].iter().all(|e| !e.same_chunk(d)));
     if !distinct {
         for d in dsts {
@@ -153,4 +191,28 @@ fn run_copies(src: &NDArray, dsts: &[NDArray]) {
     let mut outs: Vec<(crate::ndarray::DType, &mut [u8])> =
         guards.iter_mut().zip(dsts).map(|(g, d)| (d.dtype(), g.bytes_mut())).collect();
     copy_cast_many(src.dtype(), view.bytes(), &mut outs);
+}
+
+/// Schedules `out = the rows rid of stored` (a checked row_sparse pull) and returns at once.
+pub(crate) fn schedule_row_sparse_pull(stored: NDArray, out: NDArray, rid: NDArray, priority: i32) {
+    let reads = [stored.var(), rid.var()];
+    let writes = [out.var()];
+    let (s, o, r) = (stored.clone(), out.clone(), rid.clone());
+    engine().push(&reads, &writes, priority, Box::new(move || {
+        // Row ids of any dtype and shape: cast to int64, sorted, unique.
+        let mut want = vec![0i64; r.size()];
+        r.read_bytes(|b| crate::reduce::copy_cast(r.dtype(), b, crate::ndarray::DType::Int64, bytemuck::cast_slice_mut(&mut want)));
+        want.sort_unstable();
+        want.dedup();
+        let rows = s.rows_now();
+        let Ok(kept) = sparse::retain(s.row_bytes(), &rows.ids, &rows.data, &want) else { return };
+        let data = if s.dtype() == o.dtype() {
+            kept
+        } else {
+            let Ok(mut cast) = crate::ndarray::buffer::Buffer::zeroed(want.len() * o.row_bytes()) else { return };
+            crate::reduce::copy_cast(s.dtype(), kept.bytes(), o.dtype(), cast.bytes_mut());
+            cast
+        };
+        let _ = o.set_rows_now(&want, data);
+    }));
 }

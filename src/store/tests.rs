@@ -161,3 +161,36 @@ fn concurrent_pushes_with_an_updater_lose_no_update() {
     }
     assert_eq!(pull_one(&kv, 100, 64), vec![600.0; 64]);
 }
+
+fn row_sparse(rows: usize, ids: &[i64], value: f32) -> NDArray {
+    let a = NDArray::empty_row_sparse(&[rows, 2], Context::cpu(0), DType::Float32).unwrap();
+    let data = NDArray::zeros(&[ids.len(), 2], Context::cpu(0), DType::Float32).unwrap();
+    data.copy_from_host(bytemuck::cast_slice(&vec![value; ids.len() * 2])).unwrap();
+    let idx = NDArray::zeros(&[ids.len()], Context::cpu(0), DType::Int64).unwrap();
+    idx.copy_from_host(bytemuck::cast_slice(ids)).unwrap();
+    a.set_sparse_data_from(&data).unwrap();
+    a.set_aux_from(0, &idx).unwrap();
+    a
+}
+
+#[test]
+fn row_sparse_pushes_take_the_union_of_rows_and_change_the_key_type() {
+    let kv = KVStore::new("local").unwrap();
+    kv.init(Keys::Int(&[1]), &[NDArray::zeros(&[5, 2], Context::cpu(0), DType::Float32).unwrap()]).unwrap();
+    kv.push(Keys::Int(&[1, 1]), &[row_sparse(5, &[0, 3], 1.0), row_sparse(5, &[3, 4], 2.0)], 0).unwrap();
+    let dense = NDArray::zeros(&[5, 2], Context::cpu(0), DType::Float32).unwrap();
+    kv.pull(Keys::Int(&[1]), &[dense.clone()], 0, true).unwrap();
+    assert_eq!(read(&dense), vec![1., 1., 0., 0., 0., 0., 3., 3., 2., 2.]);
+    let out = NDArray::empty_row_sparse(&[5, 2], Context::cpu(0), DType::Float32).unwrap();
+    let rid = NDArray::zeros(&[3], Context::cpu(0), DType::Float64).unwrap();
+    rid.copy_from_host(bytemuck::cast_slice(&[4.0f64, 1.0, 4.0])).unwrap();
+    kv.pull_row_sparse(Keys::Int(&[1]), &[out.clone()], &[rid.clone()], 0).unwrap();
+    out.wait_to_read();
+    let rows = out.rows_now();
+    assert_eq!(rows.ids, vec![1, 4]);
+    assert_eq!(bytemuck::cast_slice::<u8, f32>(&rows.data), &[0., 0., 2., 2.]);
+    // A dense push turns the key dense again; row_sparse_pull of a dense key is refused.
+    kv.push(Keys::Int(&[1]), &[dense.clone()], 0).unwrap();
+    let err = kv.pull_row_sparse(Keys::Int(&[1]), &[out], &[rid], 0).unwrap_err();
+    assert!(err.message().contains("PullRowSparse expects row_sparse src"), "{err}");
+}

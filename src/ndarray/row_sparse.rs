@@ -1,0 +1,64 @@
+//! Reading and replacing the rows of a row_sparse array, for the store's kernels. Callers
+//! order these with the engine first (they run inside ops or `run_sync`).
+
+use super::buffer::{typed, Buffer};
+use super::{AuxData, DType, NDArray, StorageType};
+use crate::error::Result;
+use crate::reduce::copy_cast;
+
+/// A row_sparse value read out: its row ids and the bytes of those rows.
+pub struct Rows {
+    /// Row ids, as stored (MXNet expects them sorted and unique).
+    pub ids: Vec<i64>,
+    /// The rows' values, `row_bytes` each.
+    pub data: Vec<u8>,
+}
+
+impl NDArray {
+    /// Elements in one row (the product of all dimensions but the first).
+    pub fn row_len(&self) -> usize {
+        self.shape().iter().skip(1).product()
+    }
+
+    /// Bytes in one row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_len() * self.dtype().size()
+    }
+
+    /// The ids and values of a row_sparse array.
+    pub(crate) fn rows_now(&self) -> Rows {
+        let payload = self.chunk.payload.read_recursive();
+        let ids = match payload.aux.first() {
+            Some(aux) if aux.dtype == DType::Int64 => typed::<i64>(aux.data.bytes()).to_vec(),
+            Some(aux) => {
+                let mut ids = vec![0i64; aux.shape.first().copied().unwrap_or(0)];
+                copy_cast(aux.dtype, aux.data.bytes(), DType::Int64, bytemuck::cast_slice_mut(&mut ids));
+                ids
+            }
+            None => Vec::new(),
+        };
+        Rows { ids, data: payload.data.bytes().to_vec() }
+    }
+
+    /// Replaces the rows of a row_sparse array (`data` holds `ids.len()` rows).
+    pub(crate) fn set_rows_now(&self, ids: &[i64], data: Buffer) -> Result<()> {
+        debug_assert_eq!(self.stype(), StorageType::RowSparse);
+        let mut payload = self.chunk.payload.write();
+        let aux_dtype = payload.aux.first().map_or(DType::Int64, |a| a.dtype);
+        let mut aux = Buffer::zeroed(ids.len() * aux_dtype.size())?;
+        copy_cast(DType::Int64, bytemuck::cast_slice(ids), aux_dtype, aux.bytes_mut());
+        let mut storage_shape = self.shape().to_vec();
+        if let Some(first) = storage_shape.first_mut() {
+            *first = ids.len();
+        }
+        payload.aux = vec![AuxData { dtype: aux_dtype, shape: vec![ids.len()], data: aux }];
+        payload.data = data;
+        payload.storage_shape = storage_shape;
+        Ok(())
+    }
+
+    /// An empty row_sparse array (no stored rows) of this shape and dtype on `ctx`.
+    pub fn empty_row_sparse(shape: &[usize], ctx: super::Context, dtype: DType) -> Result<NDArray> {
+        NDArray::sparse(StorageType::RowSparse, shape, ctx, dtype, &[(DType::Int64, vec![0])])
+    }
+}

@@ -1,0 +1,114 @@
+//! Row-sparse kernels: sums over the union of rows, conversions to and from dense, and
+//! retaining a set of rows. A row_sparse value is its sorted row ids and the bytes of those
+//! rows, `row_bytes` each.
+
+use super::element::Element;
+use crate::ndarray::buffer::{typed, typed_mut, Buffer};
+use crate::ndarray::DType;
+use crate::error::Result;
+
+/// Sorted unique ids of all inputs.
+pub fn union_rows(inputs: &[&[i64]]) -> Vec<i64> {
+    let mut rows: Vec<i64> = inputs.iter().flat_map(|r| r.iter().copied()).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    rows
+}
+
+/// Σ of row_sparse values in `dtype`: the rows are the union of the inputs' rows; each row
+/// is summed in input order.
+pub fn sum_rows(dtype: DType, row_bytes: usize, inputs: &[(&[i64], &[u8])]) -> Result<(Vec<i64>, Buffer)> {
+    let ids: Vec<&[i64]> = inputs.iter().map(|(r, _)| *r).collect();
+    let rows = union_rows(&ids);
+    let mut out = Buffer::zeroed(rows.len() * row_bytes)?;
+    let mut seen = vec![false; rows.len()];
+    for (ids, data) in inputs {
+        for (k, id) in ids.iter().enumerate() {
+            let Ok(at) = rows.binary_search(id) else { continue };
+            let src = &data[k * row_bytes..(k + 1) * row_bytes];
+            let dst = &mut out.bytes_mut()[at * row_bytes..(at + 1) * row_bytes];
+            if seen[at] {
+                crate::with_element_type!(dtype, T => add_assign::<T>(typed_mut::<T>(dst), typed::<T>(src)));
+            } else {
+                dst.copy_from_slice(src);
+                seen[at] = true;
+            }
+        }
+    }
+    Ok((rows, out))
+}
+
+fn add_assign<T: Element>(dst: &mut [T], src: &[T]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = d.add(*s);
+    }
+}
+
+/// Writes the rows into a dense buffer of `dst.len() / row_bytes` rows, zeros elsewhere.
+/// Ids outside the array are skipped.
+pub fn densify(row_bytes: usize, ids: &[i64], data: &[u8], dst: &mut [u8]) {
+    dst.fill(0);
+    let n_rows = dst.len().checked_div(row_bytes).unwrap_or(0);
+    for (k, id) in ids.iter().enumerate() {
+        if let Ok(r) = usize::try_from(*id) {
+            if r < n_rows {
+                dst[r * row_bytes..(r + 1) * row_bytes].copy_from_slice(&data[k * row_bytes..(k + 1) * row_bytes]);
+            }
+        }
+    }
+}
+
+/// The rows of a dense buffer holding any non-zero byte pattern (MXNet's cast_storage keeps
+/// the rows with a non-zero element).
+pub fn sparsify(row_bytes: usize, src: &[u8]) -> (Vec<i64>, Vec<u8>) {
+    let (mut ids, mut data) = (Vec::new(), Vec::new());
+    for (r, row) in src.chunks(row_bytes.max(1)).enumerate() {
+        if row_bytes > 0 && row.iter().any(|&b| b != 0) {
+            ids.push(r as i64);
+            data.extend_from_slice(row);
+        }
+    }
+    (ids, data)
+}
+
+/// The rows `want` (sorted, unique) of a row_sparse value: stored rows are copied, absent
+/// ones are zeros.
+pub fn retain(row_bytes: usize, ids: &[i64], data: &[u8], want: &[i64]) -> Result<Buffer> {
+    let mut out = Buffer::zeroed(want.len() * row_bytes)?;
+    for (k, id) in want.iter().enumerate() {
+        if let Ok(at) = ids.binary_search(id) {
+            out.bytes_mut()[k * row_bytes..(k + 1) * row_bytes].copy_from_slice(&data[at * row_bytes..(at + 1) * row_bytes]);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(v: &[f32]) -> Vec<u8> {
+        bytemuck::cast_slice(v).to_vec()
+    }
+
+    #[test]
+    fn sums_cover_the_union_of_rows() {
+        let (a_ids, a) = ([1i64, 3], bytes(&[1., 2., 3., 4.]));
+        let (b_ids, b) = ([0i64, 3], bytes(&[10., 20., 30., 40.]));
+        let (rows, out) = sum_rows(DType::Float32, 8, &[(&a_ids, &a), (&b_ids, &b)]).unwrap();
+        assert_eq!(rows, vec![0, 1, 3]);
+        assert_eq!(typed::<f32>(out.bytes()), &[10., 20., 1., 2., 33., 44.]);
+    }
+
+    #[test]
+    fn dense_and_row_sparse_convert_both_ways() {
+        let mut dense = vec![9u8; 5 * 8];
+        densify(8, &[1, 3], &bytes(&[1., 2., 3., 4.]), &mut dense);
+        assert_eq!(typed::<f32>(&dense), &[0., 0., 1., 2., 0., 0., 3., 4., 0., 0.]);
+        let (ids, data) = sparsify(8, &dense);
+        assert_eq!(ids, vec![1, 3]);
+        assert_eq!(data, bytes(&[1., 2., 3., 4.]));
+        let kept = retain(8, &ids, &data, &[1, 4]).unwrap();
+        assert_eq!(typed::<f32>(kept.bytes()), &[1., 2., 0., 0.]);
+    }
+}
