@@ -252,6 +252,8 @@ static void array_arguments(void) {
   FAILS(MXKVStoreSetGradientCompression(kv, 1, gk, gv), "Unknown type for gradient compression 3bit");
   FAILS(MXKVStoreSetGradientCompression(kv, 2, tk, tv), "threshold must be greater than 0");
   FAILS(MXKVStoreSetGradientCompression(kv, 1, (const char *[]){"threshold"}, (const char *[]){"0.5"}), "type");
+  FAILS(MXKVStoreSetGradientCompression(kv, 2, (const char *[]){"type", "treshold"}, (const char *[]){"2bit", "0.5"}),
+        "unknown gradient compression parameter 'treshold'");
   /* compression: float32 only (MXNet reinterprets other dtypes as float) */
   KVStoreHandle dev;
   CHECK(MXKVStoreCreate("device", &dev));

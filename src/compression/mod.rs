@@ -29,8 +29,9 @@ pub struct GradientCompression {
 }
 
 impl GradientCompression {
-    /// Parses `MXKVStoreSetGradientCompression`'s key/value pairs as MXNet does: `type` is
-    /// required, `threshold` defaults to 0.5 and must be positive, unknown keys are ignored.
+    /// Parses `MXKVStoreSetGradientCompression`'s key/value pairs: `type` is required,
+    /// `threshold` defaults to 0.5 and must be positive. Unlike MXNet, which ignores unknown
+    /// keys, an unknown key is an error: a misspelt `threshold` would otherwise pass silently.
     pub fn from_params(params: &[(String, String)]) -> Result<GradientCompression> {
         let mut kind = None;
         let mut threshold = 0.5f32;
@@ -40,7 +41,7 @@ impl GradientCompression {
                 "threshold" => {
                     threshold = v.trim().parse().map_err(|_| crate::Error::new(format!("threshold '{v}' is not a number")))?
                 }
-                _ => {}
+                other => crate::bail!("unknown gradient compression parameter '{other}' (expected 'type' and 'threshold')"),
             }
         }
         let Some(kind) = kind else { crate::bail!("gradient compression needs the parameter 'type'") };
@@ -89,8 +90,10 @@ mod tests {
 
     #[test]
     fn parameters_are_checked_as_mxnet_does() {
-        let gc = GradientCompression::from_params(&params(&[("type", "2bit"), ("unknown", "x")])).unwrap();
+        let gc = GradientCompression::from_params(&params(&[("type", "2bit")])).unwrap();
         assert_eq!(gc, GradientCompression { kind: CompressionType::TwoBit, threshold: 0.5 });
+        let err = GradientCompression::from_params(&params(&[("type", "2bit"), ("treshold", "1")])).unwrap_err();
+        assert!(err.message().contains("unknown gradient compression parameter 'treshold'"), "{err}");
         assert!(GradientCompression::from_params(&params(&[("threshold", "1")])).unwrap_err().message().contains("'type'"));
         let err = GradientCompression::from_params(&params(&[("type", "3bit"), ("threshold", "-1")])).unwrap_err();
         assert!(err.message().contains("threshold must be greater than 0"), "threshold is checked first: {err}");
