@@ -41,14 +41,14 @@ pub(crate) fn init(h: KVStoreHandle, keys: Keys, vals: *const NDArrayHandle) -> 
 pub(crate) fn push(h: KVStoreHandle, keys: Keys, vals: *const NDArrayHandle, priority: c_int) -> Result<()> {
     let store = store(h)?;
     let vals = arrays(vals, keys.len(), "vals")?;
-    store.push(keys, &vals, priority)
+    store.push(keys, vals, priority)
 }
 
 /// `Pull` for either key family.
 pub(crate) fn pull(h: KVStoreHandle, keys: Keys, outs: *const NDArrayHandle, priority: c_int, ignore_sparse: bool) -> Result<()> {
     let store = store(h)?;
     let outs = arrays(outs, keys.len(), "vals")?;
-    store.pull(keys, &outs, priority, ignore_sparse)
+    store.pull(keys, outs, priority, ignore_sparse)
 }
 
 /// `PullRowSparse` for either key family.
@@ -84,7 +84,7 @@ pub(crate) fn two_lists(
     let vals = arrays(vals, vkeys.len(), "vals")?;
     let outs = arrays(outs, okeys.len(), "outs")?;
     match op {
-        TwoLists::PushPull => store.push_pull(vkeys, &vals, okeys, &outs, priority),
-        TwoLists::Broadcast => store.broadcast(vkeys, &vals, okeys, &outs, priority),
+        TwoLists::PushPull => store.push_pull(vkeys, vals, okeys, outs, priority),
+        TwoLists::Broadcast => store.broadcast(vkeys, &vals, okeys, outs, priority),
     }
 }

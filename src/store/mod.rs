@@ -136,7 +136,8 @@ impl KVStore {
     }
 
     /// Sums the values of each key and applies the updater, or stores the sum.
-    pub fn push(&self, keys: Keys, values: &[NDArray], priority: i32) -> Result<()> {
+    pub fn push(&self, keys: Keys, values: impl Into<Vec<NDArray>>, priority: i32) -> Result<()> {
+        let values = values.into();
         check_len(&keys, values.len())?;
         let _serial = self.push_lock.lock();
         let calls = {
@@ -152,7 +153,8 @@ impl KVStore {
     }
 
     /// Copies the stored values into `outs`; sparse outputs are skipped when `ignore_sparse`.
-    pub fn pull(&self, keys: Keys, outs: &[NDArray], priority: i32, ignore_sparse: bool) -> Result<()> {
+    pub fn pull(&self, keys: Keys, outs: impl Into<Vec<NDArray>>, priority: i32, ignore_sparse: bool) -> Result<()> {
+        let outs = outs.into();
         check_len(&keys, outs.len())?;
         let mut state = self.state.lock();
         let ids = state.keys.lookup(&keys)?;
@@ -165,7 +167,15 @@ impl KVStore {
 
     /// Pushes every value, then pulls every output: all pushes read their inputs before any
     /// pull writes, so in-place use (`outs` = `values`) works.
-    pub fn push_pull(&self, vkeys: Keys, values: &[NDArray], okeys: Keys, outs: &[NDArray], priority: i32) -> Result<()> {
+    pub fn push_pull(
+        &self,
+        vkeys: Keys,
+        values: impl Into<Vec<NDArray>>,
+        okeys: Keys,
+        outs: impl Into<Vec<NDArray>>,
+        priority: i32,
+    ) -> Result<()> {
+        let (values, outs) = (values.into(), outs.into());
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let _serial = self.push_lock.lock();
@@ -191,7 +201,15 @@ impl KVStore {
     }
 
     /// Initialises `vkeys` with `values`, then pulls `okeys` into `outs`.
-    pub fn broadcast(&self, vkeys: Keys, values: &[NDArray], okeys: Keys, outs: &[NDArray], priority: i32) -> Result<()> {
+    pub fn broadcast(
+        &self,
+        vkeys: Keys,
+        values: &[NDArray],
+        okeys: Keys,
+        outs: impl Into<Vec<NDArray>>,
+        priority: i32,
+    ) -> Result<()> {
+        let outs = outs.into();
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let mut state = self.state.lock();

@@ -30,7 +30,7 @@ fn init_deep_copies_and_push_sums_then_assigns() {
     v.copy_from_host(bytemuck::cast_slice(&[9f32; 3])).unwrap();
     assert_eq!(pull_one(&kv, 3, 3), vec![2.0; 3]);
     let vals: Vec<NDArray> = (0..4).map(|d| filled(1.0, 3, d)).collect();
-    kv.push(Keys::Int(&[3, 3, 3, 3]), &vals, 0).unwrap();
+    kv.push(Keys::Int(&[3, 3, 3, 3]), vals.clone(), 0).unwrap();
     assert_eq!(pull_one(&kv, 3, 3), vec![4.0; 3]);
     // Assignment copies: changing the pushed array later does not change the store.
     let single = filled(8.0, 3, 0);
@@ -72,7 +72,7 @@ fn updater_receives_sums_in_ascending_key_order() {
     })));
     kv.init(Keys::Int(&[9, 5, 7]), &[filled(1.0, 2, 0), filled(1.0, 2, 0), filled(1.0, 2, 0)]).unwrap();
     let vals: Vec<NDArray> = (0..6).map(|d| filled(1.0, 2, d % 4)).collect();
-    kv.push(Keys::Int(&[9, 7, 5, 9, 7, 5]), &vals, 0).unwrap();
+    kv.push(Keys::Int(&[9, 7, 5, 9, 7, 5]), vals.clone(), 0).unwrap();
     assert_eq!(*seen.lock(), vec![(5, 2.0), (7, 2.0), (9, 2.0)]);
     assert_eq!(pull_one(&kv, 7, 2), vec![5.0; 2]);
     kv.set_int_updater(None);
@@ -113,7 +113,7 @@ fn push_pull_in_place_reads_every_input_before_writing() {
             vals.push(a.clone());
         }
     }
-    kv.push_pull(Keys::Int(&vkeys), &vals, Keys::Int(&vkeys), &vals, 0).unwrap();
+    kv.push_pull(Keys::Int(&vkeys), vals.clone(), Keys::Int(&vkeys), vals.clone(), 0).unwrap();
     for a in &arrays {
         assert_eq!(read(a), vec![8.0; 5]);
     }
