@@ -41,10 +41,12 @@ pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     ffi_boundary!("MXKVStoreFree", { handle::free_kvstore(handle) })
 }
 
-/// Sets gradient compression (`type` = `2bit`, `threshold` > 0, default 0.5).
+/// Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), `threshold`
+/// > 0 (default 0.5). `device` stores apply it to every later push; `local` stores accept and
+/// ignore it, as MXNet does.
 ///
 /// Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
-/// type or a threshold ≤ 0. Ownership: the strings are copied.
+/// type, a threshold ≤ 0 or an unknown key. Ownership: the strings are copied.
 #[no_mangle]
 pub extern "C" fn MXKVStoreSetGradientCompression(
     handle: KVStoreHandle,
@@ -160,7 +162,9 @@ pub extern "C" fn MXKVStorePullEx(
     })
 }
 
-/// Pulls the rows `row_ids[i]` of int keys into row_sparse `vals[i]`.
+/// Pulls the rows `row_ids[i]` of int keys into row_sparse `vals[i]`: the output's rows are
+/// the sorted unique ids (any dtype and shape), zero where the stored value has no such row.
+/// Returns: -1 for a dense output, dense stored value or sparse row ids.
 ///
 /// Ownership: the caller keeps `vals` and `row_ids`.
 #[no_mangle]
