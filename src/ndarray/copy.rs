@@ -28,22 +28,8 @@ impl NDArray {
         Ok(())
     }
 
-    /// Checks that `self` can be copied into `dst` whatever their storage types (dense or
-    /// row_sparse; csr is refused): same shape, dtypes may differ.
-    pub fn check_copy_any_to(&self, dst: &NDArray) -> Result<()> {
-        for a in [self, dst] {
-            crate::ensure!(a.stype() != StorageType::Csr, "csr arrays are not supported here");
-        }
-        crate::ensure!(
-            self.shape() == dst.shape(),
-            "shape mismatch: source {} vs destination {}",
-            shape_string(self.shape()),
-            shape_string(dst.shape())
-        );
-        Ok(())
-    }
-
-    /// Schedules `dst = self` (checked by [`NDArray::check_copy_any_to`]) and returns at once.
+    /// Schedules `dst = self` (same shape; dense or row_sparse, checked by the caller) and
+    /// returns at once.
     pub fn schedule_copy_to(&self, dst: &NDArray, priority: i32) {
         let (src, out) = (self.clone(), dst.clone());
         engine().push(&[self.var()], &[dst.var()], priority, Box::new(move || src.copy_any_now(&out)));

@@ -28,6 +28,17 @@ pub(crate) fn group<T>(ids: &[i32], items: Vec<T>) -> Vec<(i32, Vec<T>)> {
     groups
 }
 
+/// Fails unless `other` (a pushed value or an output) has the stored value's shape.
+fn check_shape(key: &str, stored: &NDArray, other: &NDArray, what: &str) -> Result<()> {
+    crate::ensure!(
+        other.shape() == stored.shape(),
+        "shape mismatch for key {key}: the stored value has shape {}, the {what} {}",
+        shape_string(stored.shape()),
+        shape_string(other.shape())
+    );
+    Ok(())
+}
+
 /// The message for a key that was never initialised.
 pub(crate) fn not_inited(shown: &str) -> crate::Error {
     crate::Error::new(format!("key {shown} has not been inited"))
@@ -53,13 +64,7 @@ pub(crate) fn plan_push(
                     shown(id)
                 ),
             }
-            crate::ensure!(
-                v.shape() == stored.shape(),
-                "shape mismatch for key {}: the stored value has shape {}, the pushed value {}",
-                shown(id),
-                shape_string(stored.shape()),
-                shape_string(v.shape())
-            );
+            check_shape(&shown(id), stored, v, "pushed value")?;
             crate::ensure!(
                 v.dtype() == stored.dtype(),
                 "dtype mismatch for key {}: the stored value is {}, the pushed value {}",
@@ -131,13 +136,7 @@ pub(crate) fn plan_pull(
                 "pulling key {} into a csr output is not supported",
                 shown(id)
             );
-            crate::ensure!(
-                out.shape() == stored.shape(),
-                "shape mismatch for key {}: the stored value has shape {}, the output {}",
-                shown(id),
-                shape_string(stored.shape()),
-                shape_string(out.shape())
-            );
+            check_shape(&shown(id), &stored, &out, "output")?;
             copies.push((stored.clone(), out));
         }
     }
@@ -172,13 +171,7 @@ pub(crate) fn plan_row_sparse_pull(
             shown(id),
             stored.stype().name()
         );
-        crate::ensure!(
-            out.shape() == stored.shape(),
-            "shape mismatch for key {}: the stored value has shape {}, the output {}",
-            shown(id),
-            shape_string(stored.shape()),
-            shape_string(out.shape())
-        );
+        check_shape(&shown(id), stored, out, "output")?;
         plan.push((stored.clone(), out.clone(), rid.clone()));
     }
     Ok(plan)
