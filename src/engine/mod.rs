@@ -51,6 +51,9 @@ pub struct Engine {
     ready: ReadyQueue,
     outstanding: Mutex<usize>,
     all_done: Condvar,
+    /// Worker threads running; with none (spawning failed), ready ops run on the thread that
+    /// made them ready.
+    workers: AtomicUsize,
 }
 
 static ENGINE: Lazy<Arc<Engine>> = Lazy::new(|| {
@@ -59,14 +62,16 @@ static ENGINE: Lazy<Arc<Engine>> = Lazy::new(|| {
         ready: ReadyQueue::new(),
         outstanding: Mutex::new(0),
         all_done: Condvar::new(),
+        workers: AtomicUsize::new(0),
     });
     for i in 0..worker_count() {
         let e = Arc::clone(&engine);
         // A worker that cannot be spawned leaves fewer workers; with none at all, ops run
-        // inline (see `Engine::push`).
-        let _ = std::thread::Builder::new()
-            .name(format!("kvstore-worker-{i}"))
-            .spawn(move || e.work_loop());
+        // inline (see `Engine::release`).
+        let spawned = std::thread::Builder::new().name(format!("kvstore-worker-{i}")).spawn(move || e.work_loop());
+        if spawned.is_ok() {
+            engine.workers.fetch_add(1, Ordering::Relaxed);
+        }
     }
     engine
 });
@@ -145,7 +150,11 @@ impl Engine {
     /// Drops one dependency of `op`; the last one makes it ready.
     fn release(&self, op: Arc<Op>) {
         if op.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.ready.push(op);
+            if self.workers.load(Ordering::Relaxed) == 0 {
+                self.run(op);
+            } else {
+                self.ready.push(op);
+            }
         }
     }
 
@@ -190,20 +199,25 @@ impl Engine {
     fn work_loop(&self) {
         loop {
             let op = self.ready.pop();
-            let work = op.work.lock().take();
-            if let Some(work) = work {
-                // A panic in one op must not kill the worker; ops validate their inputs before
-                // they are scheduled, so this is a last resort.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
-            }
-            for waiter in op.completion.complete() {
-                self.release(waiter);
-            }
-            let mut n = self.outstanding.lock();
-            *n -= 1;
-            if *n == 0 {
-                self.all_done.notify_all();
-            }
+            self.run(op);
+        }
+    }
+
+    /// Runs a ready op, then releases the ops waiting for it.
+    fn run(&self, op: Arc<Op>) {
+        let work = op.work.lock().take();
+        if let Some(work) = work {
+            // A panic in one op must not kill the worker; ops validate their inputs before
+            // they are scheduled, so this is a last resort.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        }
+        for waiter in op.completion.complete() {
+            self.release(waiter);
+        }
+        let mut n = self.outstanding.lock();
+        *n -= 1;
+        if *n == 0 {
+            self.all_done.notify_all();
         }
     }
 }
