@@ -221,6 +221,19 @@ static void store_semantics(void) {
   int ck = 70;
   FAILS(MXKVStoreInit(kv, 1, &ck, &csr), "csr");
   FAILS(MXKVStorePush(kv, 1, &k, &csr, 0), "Unexpected storage type detected during kvstore push: csr");
+  /* a row_sparse value whose row ids and rows of values disagree */
+  NDArrayHandle two_rows = f32_filled(2, 1, 0), bad_rs, three_ids;
+  uint32_t rs2[2] = {N, 1}, three = 3;
+  CHECK(MXNDArrayCreateSparseEx(1, rs2, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_len, &bad_rs));
+  NDArrayHandle two_by_one;
+  CHECK(MXNDArrayReshape(two_rows, 2, (int[]){2, 1}, &two_by_one));
+  CHECK(MXNDArraySyncCopyFromNDArray(bad_rs, two_by_one, -1));
+  CHECK(MXNDArrayCreateEx(&three, 1, DEV_CPU, 0, 0, DT_I64, &three_ids));
+  CHECK(MXNDArraySyncCopyFromNDArray(bad_rs, three_ids, 0));
+  int rk = 71;
+  FAILS(MXKVStoreInit(kv, 1, &rk, &bad_rs), "inconsistent row_sparse array: 3 row ids for 2 rows");
+  NDArrayHandle all_bad[] = {two_rows, bad_rs, three_ids, two_by_one};
+  for (size_t i = 0; i < 4; i++) CHECK(MXNDArrayFree(all_bad[i]));
   CHECK(MXNDArrayFree(rs));
   CHECK(MXNDArrayFree(csr));
   TRUE(stored(3) == 7);

@@ -57,6 +57,22 @@ impl NDArray {
         Ok(())
     }
 
+    /// Fails unless a row_sparse array has as many row ids as rows of values (the caller
+    /// fills the two parts separately, so they can disagree).
+    pub fn check_row_sparse_parts(&self) -> Result<()> {
+        if self.stype() != StorageType::RowSparse {
+            return Ok(());
+        }
+        let payload = self.chunk.payload.read_recursive();
+        let ids = payload.aux.first().and_then(|a| a.shape.first().copied()).unwrap_or(0);
+        let rows = payload.storage_shape.first().copied().unwrap_or(0);
+        crate::ensure!(
+            ids == rows && payload.storage_shape.get(1..) == self.shape().get(1..),
+            "inconsistent row_sparse array: {ids} row ids for {rows} rows of values",
+        );
+        Ok(())
+    }
+
     /// An empty row_sparse array (no stored rows) of this shape and dtype on `ctx`.
     pub fn empty_row_sparse(shape: &[usize], ctx: super::Context, dtype: DType) -> Result<NDArray> {
         NDArray::sparse(StorageType::RowSparse, shape, ctx, dtype, &[(DType::Int64, vec![0])])

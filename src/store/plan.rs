@@ -65,6 +65,7 @@ pub(crate) fn plan_push(
                 ),
             }
             check_shape(&shown(id), stored, v, "pushed value")?;
+            v.check_row_sparse_parts()?;
             crate::ensure!(
                 v.dtype() == stored.dtype(),
                 "dtype mismatch for key {}: the stored value is {}, the pushed value {}",
@@ -197,6 +198,7 @@ pub(crate) fn plan_init(
             "initialising key {} with a csr value is not supported",
             shown(id)
         );
+        v.check_row_sparse_parts()?;
         plan.push((id, v.clone()));
     }
     Ok(plan)
