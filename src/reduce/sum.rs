@@ -23,12 +23,34 @@ pub fn sum_into(dtype: DType, order: SumOrder, dst: &mut [u8], srcs: &[&[u8]]) {
     })
 }
 
+/// Destinations from this size on are summed block by block into a cached buffer and
+/// streamed out: they do not fit in cache, so a plain store would first read every line.
+const STREAM_SUM_MIN_BYTES: usize = 1 << 20;
+
 fn sum_typed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
+    let stream = std::mem::size_of_val(dst) >= STREAM_SUM_MIN_BYTES;
     for_parts(dst, |offset, part| {
         let end = offset + part.len();
         let parts: Vec<&[T]> = srcs.iter().map(|s| &s[offset..end]).collect();
-        sum_serial(order, part, &parts);
+        if stream {
+            sum_streamed(order, part, &parts);
+        } else {
+            sum_serial(order, part, &parts);
+        }
     });
+}
+
+fn sum_streamed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
+    const BLOCK: usize = 4096;
+    let mut block = vec![T::default(); BLOCK.min(dst.len())];
+    let mut parts: Vec<&[T]> = Vec::with_capacity(srcs.len());
+    for (k, out) in dst.chunks_mut(BLOCK).enumerate() {
+        let (start, len) = (k * BLOCK, out.len());
+        parts.clear();
+        parts.extend(srcs.iter().map(|s| &s[start..start + len]));
+        sum_serial(order, &mut block[..len], &parts);
+        super::stream::stream_copy(bytemuck::cast_slice_mut(out), bytemuck::cast_slice(&block[..len]));
+    }
 }
 
 fn sum_serial<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
