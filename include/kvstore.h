@@ -26,6 +26,16 @@ typedef void (MXKVStoreUpdater)(int key, NDArrayHandle recv, NDArrayHandle local
 typedef void (MXKVStoreStrUpdater)(const char *key, NDArrayHandle recv, NDArrayHandle local, void *handle);
 /*! \brief user-defined server controller (called on dist servers only) */
 typedef void (MXKVStoreServerController)(int head, const char *body, void *controller_handle);
+/*! \brief executor monitor callback (taken by an unsupported call only) */
+typedef void (*ExecutorMonitorCallback)(const char*, NDArrayHandle, void*);
+struct MXCallbackList;
+/*! \brief custom-op property creator (MXCustomOpRegister) */
+typedef int (*CustomOpPropCreator)(const char*, const int, const char**, const char**, struct MXCallbackList*);
+/*!
+ * \brief a compile-time feature: `struct LibFeature { const char* name; bool enabled; };`
+ * Only declared here: C forbids a second definition in a unit that also includes MXNet's c_api.h.
+ */
+struct LibFeature;
 
 
 #ifdef __cplusplus
@@ -608,6 +618,1330 @@ int MXNotifyShutdown(void);
  Ownership: `*out` is written on success.
  */
 int MXGetGPUCount(int *out);
+
+/*
+ nnvm's spelling of [`MXGetLastError`]: the same thread-local message.
+
+ Ownership: borrowed; valid until the next failing call on the same thread.
+ */
+const char *NNGetLastError(void);
+
+/*
+ Sets the calling thread's last error to `msg` (nnvm's frontends report their own errors
+ through it). A NULL or non-UTF-8 `msg` records that fact instead.
+
+ Ownership: `msg` is read during the call only.
+ */
+void NNAPISetLastError(const char *msg);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradBackward").
+ */
+int MXAutogradBackward(uint32_t num_output,
+                       void **output_handles,
+                       void **ograd_handles,
+                       int retain_graph);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradBackwardEx").
+ */
+int MXAutogradBackwardEx(uint32_t num_output,
+                         void **output_handles,
+                         void **ograd_handles,
+                         uint32_t num_variables,
+                         void **var_handles,
+                         int retain_graph,
+                         int create_graph,
+                         int is_train,
+                         void ***grad_handles,
+                         int **grad_stypes);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradComputeGradient").
+ */
+int MXAutogradComputeGradient(uint32_t num_output,
+                              void **output_handles);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradGetSymbol").
+ */
+int MXAutogradGetSymbol(void *handle,
+                        void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsRecording").
+ */
+int MXAutogradIsRecording(bool *curr);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsTraining").
+ */
+int MXAutogradIsTraining(bool *curr);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradMarkVariables").
+ */
+int MXAutogradMarkVariables(uint32_t num_var,
+                            void **var_handles,
+                            uint32_t *reqs_array,
+                            void **grad_handles);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsRecording").
+ */
+int MXAutogradSetIsRecording(int is_recording,
+                             int *prev);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsTraining").
+ */
+int MXAutogradSetIsTraining(int is_training,
+                            int *prev);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOp").
+ */
+int MXCreateCachedOp(void *handle,
+                     void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOpEx").
+ */
+int MXCreateCachedOpEx(void *handle,
+                       int num_flags,
+                       const char **keys,
+                       const char **vals,
+                       void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCustomOpRegister").
+ */
+int MXCustomOpRegister(const char *op_type,
+                       CustomOpPropCreator creator);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterBeforeFirst").
+ */
+int MXDataIterBeforeFirst(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterCreateIter").
+ */
+int MXDataIterCreateIter(void *handle,
+                         uint32_t num_param,
+                         const char **keys,
+                         const char **vals,
+                         void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterFree").
+ */
+int MXDataIterFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetData").
+ */
+int MXDataIterGetData(void *handle,
+                      void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetIndex").
+ */
+int MXDataIterGetIndex(void *handle,
+                       uint64_t **out_index,
+                       uint64_t *out_size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetIterInfo").
+ */
+int MXDataIterGetIterInfo(void *creator,
+                          const char **name,
+                          const char **description,
+                          uint32_t *num_args,
+                          const char ***arg_names,
+                          const char ***arg_type_infos,
+                          const char ***arg_descriptions);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetLabel").
+ */
+int MXDataIterGetLabel(void *handle,
+                       void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetPadNum").
+ */
+int MXDataIterGetPadNum(void *handle,
+                        int *pad);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterNext").
+ */
+int MXDataIterNext(void *handle,
+                   int *out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDumpProfile").
+ */
+int MXDumpProfile(int finished);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEngineSetBulkSize").
+ */
+int MXEngineSetBulkSize(int bulk_size,
+                        int *prev_bulk_size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBackward").
+ */
+int MXExecutorBackward(void *handle,
+                       uint32_t len,
+                       void **head_grads);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBackwardEx").
+ */
+int MXExecutorBackwardEx(void *handle,
+                         uint32_t len,
+                         void **head_grads,
+                         int is_train);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBind").
+ */
+int MXExecutorBind(void *symbol_handle,
+                   int dev_type,
+                   int dev_id,
+                   uint32_t len,
+                   void **in_args,
+                   void **arg_grad_store,
+                   uint32_t *grad_req_type,
+                   uint32_t aux_states_len,
+                   void **aux_states,
+                   void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBindEX").
+ */
+int MXExecutorBindEX(void *symbol_handle,
+                     int dev_type,
+                     int dev_id,
+                     uint32_t num_map_keys,
+                     const char **map_keys,
+                     const int *map_dev_types,
+                     const int *map_dev_ids,
+                     uint32_t len,
+                     void **in_args,
+                     void **arg_grad_store,
+                     uint32_t *grad_req_type,
+                     uint32_t aux_states_len,
+                     void **aux_states,
+                     void *shared_exec,
+                     void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBindX").
+ */
+int MXExecutorBindX(void *symbol_handle,
+                    int dev_type,
+                    int dev_id,
+                    uint32_t num_map_keys,
+                    const char **map_keys,
+                    const int *map_dev_types,
+                    const int *map_dev_ids,
+                    uint32_t len,
+                    void **in_args,
+                    void **arg_grad_store,
+                    uint32_t *grad_req_type,
+                    uint32_t aux_states_len,
+                    void **aux_states,
+                    void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorForward").
+ */
+int MXExecutorForward(void *handle,
+                      int is_train);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorFree").
+ */
+int MXExecutorFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorGetOptimizedSymbol").
+ */
+int MXExecutorGetOptimizedSymbol(void *handle,
+                                 void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorOutputs").
+ */
+int MXExecutorOutputs(void *handle,
+                      uint32_t *out_size,
+                      void ***out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorPrint").
+ */
+int MXExecutorPrint(void *handle,
+                    const char **out_str);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorReshapeEx").
+ */
+int MXExecutorReshapeEx(int partial_shaping,
+                        int allow_up_sizing,
+                        int dev_type,
+                        int dev_id,
+                        uint32_t num_map_keys,
+                        const char **map_keys,
+                        const int *map_dev_types,
+                        const int *map_dev_ids,
+                        uint32_t num_provided_arg_shapes,
+                        const char **provided_arg_shape_names,
+                        const int *provided_arg_shape_data,
+                        const uint32_t *provided_arg_shape_idx,
+                        uint32_t *num_in_args,
+                        void ***in_args,
+                        void ***arg_grads,
+                        uint32_t *num_aux_states,
+                        void ***aux_states,
+                        void *shared_exec,
+                        void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSetMonitorCallback").
+ */
+int MXExecutorSetMonitorCallback(void *handle,
+                                 ExecutorMonitorCallback callback,
+                                 void *callback_handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSimpleBindEx").
+ */
+int MXExecutorSimpleBindEx(void *symbol_handle,
+                           int dev_type,
+                           int dev_id,
+                           uint32_t num_g2c_keys,
+                           const char **g2c_keys,
+                           const int *g2c_dev_types,
+                           const int *g2c_dev_ids,
+                           uint32_t provided_grad_req_list_len,
+                           const char **provided_grad_req_names,
+                           const char **provided_grad_req_types,
+                           uint32_t num_provided_arg_shapes,
+                           const char **provided_arg_shape_names,
+                           const int *provided_arg_shape_data,
+                           const uint32_t *provided_arg_shape_idx,
+                           uint32_t num_provided_arg_dtypes,
+                           const char **provided_arg_dtype_names,
+                           const int *provided_arg_dtypes,
+                           uint32_t num_provided_arg_stypes,
+                           const char **provided_arg_stype_names,
+                           const int *provided_arg_stypes,
+                           uint32_t num_shared_arg_names,
+                           const char **shared_arg_name_list,
+                           int *shared_buffer_len,
+                           const char **shared_buffer_name_list,
+                           void **shared_buffer_handle_list,
+                           const char ***updated_shared_buffer_name_list,
+                           void ***updated_shared_buffer_handle_list,
+                           uint32_t *num_in_args,
+                           void ***in_args,
+                           void ***arg_grads,
+                           uint32_t *num_aux_states,
+                           void ***aux_states,
+                           void *shared_exec_handle,
+                           void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSimpleBindEx64").
+ */
+int MXExecutorSimpleBindEx64(void *symbol_handle,
+                             int dev_type,
+                             int dev_id,
+                             uint32_t num_g2c_keys,
+                             const char **g2c_keys,
+                             const int *g2c_dev_types,
+                             const int *g2c_dev_ids,
+                             uint32_t provided_grad_req_list_len,
+                             const char **provided_grad_req_names,
+                             const char **provided_grad_req_types,
+                             uint32_t num_provided_arg_shapes,
+                             const char **provided_arg_shape_names,
+                             const int64_t *provided_arg_shape_data,
+                             const uint32_t *provided_arg_shape_idx,
+                             uint32_t num_provided_arg_dtypes,
+                             const char **provided_arg_dtype_names,
+                             const int *provided_arg_dtypes,
+                             uint32_t num_provided_arg_stypes,
+                             const char **provided_arg_stype_names,
+                             const int *provided_arg_stypes,
+                             uint32_t num_shared_arg_names,
+                             const char **shared_arg_name_list,
+                             int *shared_buffer_len,
+                             const char **shared_buffer_name_list,
+                             void **shared_buffer_handle_list,
+                             const char ***updated_shared_buffer_name_list,
+                             void ***updated_shared_buffer_handle_list,
+                             uint32_t *num_in_args,
+                             void ***in_args,
+                             void ***arg_grads,
+                             uint32_t *num_aux_states,
+                             void ***aux_states,
+                             void *shared_exec_handle,
+                             void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFreeCachedOp").
+ */
+int MXFreeCachedOp(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFuncDescribe").
+ */
+int MXFuncDescribe(const void *fun,
+                   uint32_t *num_use_vars,
+                   uint32_t *num_scalars,
+                   uint32_t *num_mutate_vars,
+                   int *type_mask);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFuncGetInfo").
+ */
+int MXFuncGetInfo(const void *fun,
+                  const char **name,
+                  const char **description,
+                  uint32_t *num_args,
+                  const char ***arg_names,
+                  const char ***arg_type_infos,
+                  const char ***arg_descriptions,
+                  const char **return_type);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFuncInvoke").
+ */
+int MXFuncInvoke(const void *fun,
+                 void **use_vars,
+                 float *scalar_args,
+                 void **mutate_vars);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFuncInvokeEx").
+ */
+int MXFuncInvokeEx(const void *fun,
+                   void **use_vars,
+                   float *scalar_args,
+                   void **mutate_vars,
+                   int num_params,
+                   char **param_keys,
+                   char **param_vals);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGenAtomicSymbolFromSymbol").
+ */
+int MXGenAtomicSymbolFromSymbol(void *sym_handle,
+                                void **ret_sym_handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetFunction").
+ */
+int MXGetFunction(const char *name,
+                  const void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetGPUMemoryInformation").
+ */
+int MXGetGPUMemoryInformation(int dev,
+                              int *free_mem,
+                              int *total_mem);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetGPUMemoryInformation64").
+ */
+int MXGetGPUMemoryInformation64(int dev,
+                                uint64_t *free_mem,
+                                uint64_t *total_mem);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXImperativeInvoke").
+ */
+int MXImperativeInvoke(void *creator,
+                       int num_inputs,
+                       void **inputs,
+                       int *num_outputs,
+                       void ***outputs,
+                       int num_params,
+                       const char **param_keys,
+                       const char **param_vals);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXImperativeInvokeEx").
+ */
+int MXImperativeInvokeEx(void *creator,
+                         int num_inputs,
+                         void **inputs,
+                         int *num_outputs,
+                         void ***outputs,
+                         int num_params,
+                         const char **param_keys,
+                         const char **param_vals,
+                         const int **out_stypes);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOp").
+ */
+int MXInvokeCachedOp(void *handle,
+                     int num_inputs,
+                     void **inputs,
+                     int *num_outputs,
+                     void ***outputs);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOpEx").
+ */
+int MXInvokeCachedOpEx(void *handle,
+                       int num_inputs,
+                       void **inputs,
+                       int *num_outputs,
+                       void ***outputs,
+                       const int **out_stypes);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXIsNumpyShape").
+ */
+int MXIsNumpyShape(int *curr);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXLibInfoFeatures").
+ */
+int MXLibInfoFeatures(const struct LibFeature **libFeature,
+                      size_t *size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListAllOpNames").
+ */
+int MXListAllOpNames(uint32_t *out_size,
+                     const char ***out_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListDataIters").
+ */
+int MXListDataIters(uint32_t *out_size,
+                    void ***out_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListFunctions").
+ */
+int MXListFunctions(uint32_t *out_size,
+                    const void ***out_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayAt64").
+ */
+int MXNDArrayAt64(void *handle,
+                  int64_t idx,
+                  void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCreateEx64").
+ */
+int MXNDArrayCreateEx64(const int64_t *shape,
+                        int ndim,
+                        int dev_type,
+                        int dev_id,
+                        int delay_alloc,
+                        int dtype,
+                        void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCreateSparseEx64").
+ */
+int MXNDArrayCreateSparseEx64(int storage_type,
+                              const int64_t *shape,
+                              int ndim,
+                              int dev_type,
+                              int dev_id,
+                              int delay_alloc,
+                              int dtype,
+                              uint32_t num_aux,
+                              int *aux_type,
+                              int *aux_ndims,
+                              const int64_t *aux_shape,
+                              void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayDetach").
+ */
+int MXNDArrayDetach(void *handle,
+                    void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetGrad").
+ */
+int MXNDArrayGetGrad(void *handle,
+                     void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetGradState").
+ */
+int MXNDArrayGetGradState(void *handle,
+                          int *out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetShapeEx64").
+ */
+int MXNDArrayGetShapeEx64(void *handle,
+                          int *out_dim,
+                          const int64_t **out_pdata);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayLoad").
+ */
+int MXNDArrayLoad(const char *fname,
+                  uint32_t *out_size,
+                  void ***out_arr,
+                  uint32_t *out_name_size,
+                  const char ***out_names);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayLoadFromBuffer").
+ */
+int MXNDArrayLoadFromBuffer(const void *ndarray_buffer,
+                            size_t size,
+                            uint32_t *out_size,
+                            void ***out_arr,
+                            uint32_t *out_name_size,
+                            const char ***out_names);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayLoadFromRawBytes").
+ */
+int MXNDArrayLoadFromRawBytes(const void *buf,
+                              size_t size,
+                              void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayReshape64").
+ */
+int MXNDArrayReshape64(void *handle,
+                       int ndim,
+                       int64_t *dims,
+                       bool reverse,
+                       void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySave").
+ */
+int MXNDArraySave(const char *fname,
+                  uint32_t num_args,
+                  void **args,
+                  const char **keys);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySaveRawBytes").
+ */
+int MXNDArraySaveRawBytes(void *handle,
+                          size_t *out_size,
+                          const char **out_buf);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySetGradState").
+ */
+int MXNDArraySetGradState(void *handle,
+                          int state);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySlice64").
+ */
+int MXNDArraySlice64(void *handle,
+                     int64_t slice_begin,
+                     int64_t slice_end,
+                     void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySyncCheckFormat").
+ */
+int MXNDArraySyncCheckFormat(void *handle,
+                             bool full_check);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXOptimizeForBackend").
+ */
+int MXOptimizeForBackend(void *sym_handle,
+                         const char *backend_name,
+                         int dev_type,
+                         void **ret_sym_handle,
+                         uint32_t args_len,
+                         void **in_args_handle,
+                         uint32_t aux_len,
+                         void **in_aux_handle,
+                         uint32_t num_options,
+                         const char **keys,
+                         const char **vals,
+                         uint32_t num_input_shapes,
+                         const char **input_shape_names,
+                         const int64_t *input_shape_data,
+                         const uint32_t *input_shape_idx,
+                         uint32_t num_input_dtypes,
+                         const char **input_dtype_names,
+                         const int *input_dtypes,
+                         uint32_t num_input_stypes,
+                         const char **input_stype_names,
+                         const int *input_stypes,
+                         bool skip_infer,
+                         int *new_args_cnt,
+                         void ***new_args_handle,
+                         char ***new_arg_names_handle,
+                         int *new_aux_cnt,
+                         void ***new_aux_handle,
+                         char ***new_aux_names_handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRandomSeed").
+ */
+int MXRandomSeed(int seed);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRandomSeedContext").
+ */
+int MXRandomSeedContext(int seed,
+                        int dev_type,
+                        int dev_id);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderCreate").
+ */
+int MXRecordIOReaderCreate(const char *uri,
+                           void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderFree").
+ */
+int MXRecordIOReaderFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderReadRecord").
+ */
+int MXRecordIOReaderReadRecord(void *handle,
+                               const char **buf,
+                               size_t *size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderSeek").
+ */
+int MXRecordIOReaderSeek(void *handle,
+                         size_t pos);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterCreate").
+ */
+int MXRecordIOWriterCreate(const char *uri,
+                           void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterFree").
+ */
+int MXRecordIOWriterFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterTell").
+ */
+int MXRecordIOWriterTell(void *handle,
+                         size_t *pos);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterWriteRecord").
+ */
+int MXRecordIOWriterWriteRecord(void *handle,
+                                const char *buf,
+                                size_t size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCreate").
+ */
+int MXRtcCreate(char *name,
+                uint32_t num_input,
+                uint32_t num_output,
+                char **input_names,
+                char **output_names,
+                void **inputs,
+                void **outputs,
+                char *kernel,
+                void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaKernelCall").
+ */
+int MXRtcCudaKernelCall(void *handle,
+                        int dev_id,
+                        void **args,
+                        uint32_t grid_dim_x,
+                        uint32_t grid_dim_y,
+                        uint32_t grid_dim_z,
+                        uint32_t block_dim_x,
+                        uint32_t block_dim_y,
+                        uint32_t block_dim_z,
+                        uint32_t shared_mem);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaKernelCreate").
+ */
+int MXRtcCudaKernelCreate(void *handle,
+                          const char *name,
+                          int num_args,
+                          int *is_ndarray,
+                          int *is_const,
+                          int *arg_types,
+                          void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaKernelFree").
+ */
+int MXRtcCudaKernelFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaModuleCreate").
+ */
+int MXRtcCudaModuleCreate(const char *source,
+                          int num_options,
+                          const char **options,
+                          int num_exports,
+                          const char **exports,
+                          void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaModuleFree").
+ */
+int MXRtcCudaModuleFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcFree").
+ */
+int MXRtcFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcPush").
+ */
+int MXRtcPush(void *handle,
+              uint32_t num_input,
+              uint32_t num_output,
+              void **inputs,
+              void **outputs,
+              uint32_t gridDimX,
+              uint32_t gridDimY,
+              uint32_t gridDimZ,
+              uint32_t blockDimX,
+              uint32_t blockDimY,
+              uint32_t blockDimZ);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetIsNumpyShape").
+ */
+int MXSetIsNumpyShape(int is_np_shape,
+                      int *prev);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetNumOMPThreads").
+ */
+int MXSetNumOMPThreads(int thread_num);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetProfilerConfig").
+ */
+int MXSetProfilerConfig(int num_params,
+                        const char *const *keys,
+                        const char *const *vals);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetProfilerState").
+ */
+int MXSetProfilerState(int state);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCompose").
+ */
+int MXSymbolCompose(void *sym,
+                    const char *name,
+                    uint32_t num_args,
+                    const char **keys,
+                    void **args);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCopy").
+ */
+int MXSymbolCopy(void *symbol,
+                 void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateAtomicSymbol").
+ */
+int MXSymbolCreateAtomicSymbol(void *creator,
+                               uint32_t num_param,
+                               const char **keys,
+                               const char **vals,
+                               void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateFromFile").
+ */
+int MXSymbolCreateFromFile(const char *fname,
+                           void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateFromJSON").
+ */
+int MXSymbolCreateFromJSON(const char *json,
+                           void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateGroup").
+ */
+int MXSymbolCreateGroup(uint32_t num_symbols,
+                        void **symbols,
+                        void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateVariable").
+ */
+int MXSymbolCreateVariable(const char *name,
+                           void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolFree").
+ */
+int MXSymbolFree(void *symbol);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAtomicSymbolInfo").
+ */
+int MXSymbolGetAtomicSymbolInfo(void *creator,
+                                const char **name,
+                                const char **description,
+                                uint32_t *num_args,
+                                const char ***arg_names,
+                                const char ***arg_type_infos,
+                                const char ***arg_descriptions,
+                                const char **key_var_num_args,
+                                const char **return_type);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAtomicSymbolName").
+ */
+int MXSymbolGetAtomicSymbolName(void *creator,
+                                const char **name);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAttr").
+ */
+int MXSymbolGetAttr(void *symbol,
+                    const char *key,
+                    const char **out,
+                    int *success);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetChildren").
+ */
+int MXSymbolGetChildren(void *symbol,
+                        void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetInternals").
+ */
+int MXSymbolGetInternals(void *symbol,
+                         void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetName").
+ */
+int MXSymbolGetName(void *symbol,
+                    const char **out,
+                    int *success);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetNumOutputs").
+ */
+int MXSymbolGetNumOutputs(void *symbol,
+                          uint32_t *output_count);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetOutput").
+ */
+int MXSymbolGetOutput(void *symbol,
+                      uint32_t index,
+                      void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGrad").
+ */
+int MXSymbolGrad(void *sym,
+                 uint32_t num_wrt,
+                 const char **wrt,
+                 void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapeEx").
+ */
+int MXSymbolInferShapeEx(void *sym,
+                         uint32_t num_args,
+                         const char **keys,
+                         const uint32_t *arg_ind_ptr,
+                         const int *arg_shape_data,
+                         uint32_t *in_shape_size,
+                         const int **in_shape_ndim,
+                         const int ***in_shape_data,
+                         uint32_t *out_shape_size,
+                         const int **out_shape_ndim,
+                         const int ***out_shape_data,
+                         uint32_t *aux_shape_size,
+                         const int **aux_shape_ndim,
+                         const int ***aux_shape_data,
+                         int *complete);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapeEx64").
+ */
+int MXSymbolInferShapeEx64(void *sym,
+                           uint32_t num_args,
+                           const char **keys,
+                           const int64_t *arg_ind_ptr,
+                           const int64_t *arg_shape_data,
+                           size_t *in_shape_size,
+                           const int **in_shape_ndim,
+                           const int64_t ***in_shape_data,
+                           size_t *out_shape_size,
+                           const int **out_shape_ndim,
+                           const int64_t ***out_shape_data,
+                           size_t *aux_shape_size,
+                           const int **aux_shape_ndim,
+                           const int64_t ***aux_shape_data,
+                           int *complete);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapePartialEx").
+ */
+int MXSymbolInferShapePartialEx(void *sym,
+                                uint32_t num_args,
+                                const char **keys,
+                                const uint32_t *arg_ind_ptr,
+                                const int *arg_shape_data,
+                                uint32_t *in_shape_size,
+                                const int **in_shape_ndim,
+                                const int ***in_shape_data,
+                                uint32_t *out_shape_size,
+                                const int **out_shape_ndim,
+                                const int ***out_shape_data,
+                                uint32_t *aux_shape_size,
+                                const int **aux_shape_ndim,
+                                const int ***aux_shape_data,
+                                int *complete);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapePartialEx64").
+ */
+int MXSymbolInferShapePartialEx64(void *sym,
+                                  uint32_t num_args,
+                                  const char **keys,
+                                  const int64_t *arg_ind_ptr,
+                                  const int64_t *arg_shape_data,
+                                  size_t *in_shape_size,
+                                  const int **in_shape_ndim,
+                                  const int64_t ***in_shape_data,
+                                  size_t *out_shape_size,
+                                  const int **out_shape_ndim,
+                                  const int64_t ***out_shape_data,
+                                  size_t *aux_shape_size,
+                                  const int **aux_shape_ndim,
+                                  const int64_t ***aux_shape_data,
+                                  int *complete);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferType").
+ */
+int MXSymbolInferType(void *sym,
+                      uint32_t num_args,
+                      const char **keys,
+                      const int *arg_type_data,
+                      uint32_t *in_type_size,
+                      const int **in_type_data,
+                      uint32_t *out_type_size,
+                      const int **out_type_data,
+                      uint32_t *aux_type_size,
+                      const int **aux_type_data,
+                      int *complete);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferTypePartial").
+ */
+int MXSymbolInferTypePartial(void *sym,
+                             uint32_t num_args,
+                             const char **keys,
+                             const int *arg_type_data,
+                             uint32_t *in_type_size,
+                             const int **in_type_data,
+                             uint32_t *out_type_size,
+                             const int **out_type_data,
+                             uint32_t *aux_type_size,
+                             const int **aux_type_data,
+                             int *complete);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListArguments").
+ */
+int MXSymbolListArguments(void *symbol,
+                          uint32_t *out_size,
+                          const char ***out_str_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAtomicSymbolCreators").
+ */
+int MXSymbolListAtomicSymbolCreators(uint32_t *out_size,
+                                     void ***out_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAttr").
+ */
+int MXSymbolListAttr(void *symbol,
+                     uint32_t *out_size,
+                     const char ***out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAttrShallow").
+ */
+int MXSymbolListAttrShallow(void *symbol,
+                            uint32_t *out_size,
+                            const char ***out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAuxiliaryStates").
+ */
+int MXSymbolListAuxiliaryStates(void *symbol,
+                                uint32_t *out_size,
+                                const char ***out_str_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListOutputs").
+ */
+int MXSymbolListOutputs(void *symbol,
+                        uint32_t *out_size,
+                        const char ***out_str_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolPrint").
+ */
+int MXSymbolPrint(void *symbol,
+                  const char **out_str);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolSaveToFile").
+ */
+int MXSymbolSaveToFile(void *symbol,
+                       const char *fname);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolSaveToJSON").
+ */
+int MXSymbolSaveToJSON(void *symbol,
+                       const char **out_json);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolSetAttr").
+ */
+int MXSymbolSetAttr(void *symbol,
+                    const char *key,
+                    const char *value);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNAddControlDeps").
+ */
+int NNAddControlDeps(void *handle,
+                     void *src_dep);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGetOpHandle").
+ */
+int NNGetOpHandle(const char *op_name,
+                  void **op_out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGetOpInfo").
+ */
+int NNGetOpInfo(void *op,
+                const char **real_name,
+                const char **description,
+                uint32_t *num_doc_args,
+                const char ***arg_names,
+                const char ***arg_type_infos,
+                const char ***arg_descriptions,
+                const char **return_type);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphApplyPasses").
+ */
+int NNGraphApplyPasses(void *src,
+                       uint32_t num_pass,
+                       const char **pass_names,
+                       void **dst);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphCreate").
+ */
+int NNGraphCreate(void *symbol,
+                  void **graph);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphFree").
+ */
+int NNGraphFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphGetJSONAttr").
+ */
+int NNGraphGetJSONAttr(void *handle,
+                       const char *key,
+                       const char **json_out,
+                       int *success);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphGetSymbol").
+ */
+int NNGraphGetSymbol(void *graph,
+                     void **symbol);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphSetJSONAttr").
+ */
+int NNGraphSetJSONAttr(void *handle,
+                       const char *key,
+                       const char *json_value);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphSetNodeEntryListAttr_").
+ */
+int NNGraphSetNodeEntryListAttr_(void *handle,
+                                 const char *key,
+                                 void *list);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNListAllOpNames").
+ */
+int NNListAllOpNames(uint32_t *out_size,
+                     const char ***out_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNListUniqueOps").
+ */
+int NNListUniqueOps(uint32_t *out_size,
+                    void ***out_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCompose").
+ */
+int NNSymbolCompose(void *sym,
+                    const char *name,
+                    uint32_t num_args,
+                    const char **keys,
+                    void **args);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCopy").
+ */
+int NNSymbolCopy(void *symbol,
+                 void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCreateAtomicSymbol").
+ */
+int NNSymbolCreateAtomicSymbol(void *op,
+                               uint32_t num_param,
+                               const char **keys,
+                               const char **vals,
+                               void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCreateGroup").
+ */
+int NNSymbolCreateGroup(uint32_t num_symbols,
+                        void **symbols,
+                        void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCreateVariable").
+ */
+int NNSymbolCreateVariable(const char *name,
+                           void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolFree").
+ */
+int NNSymbolFree(void *symbol);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetAttr").
+ */
+int NNSymbolGetAttr(void *symbol,
+                    const char *key,
+                    const char **out,
+                    int *success);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetInternals").
+ */
+int NNSymbolGetInternals(void *symbol,
+                         void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetOutput").
+ */
+int NNSymbolGetOutput(void *symbol,
+                      uint32_t index,
+                      void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolListAttrs").
+ */
+int NNSymbolListAttrs(void *symbol,
+                      int recursive_option,
+                      uint32_t *out_size,
+                      const char ***out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolListInputNames").
+ */
+int NNSymbolListInputNames(void *symbol,
+                           int option,
+                           uint32_t *out_size,
+                           const char ***out_str_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolListInputVariables").
+ */
+int NNSymbolListInputVariables(void *symbol,
+                               int option,
+                               uint32_t *out_size,
+                               void ***out_sym_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolListOutputNames").
+ */
+int NNSymbolListOutputNames(void *symbol,
+                            uint32_t *out_size,
+                            const char ***out_str_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolPrint").
+ */
+int NNSymbolPrint(void *symbol,
+                  const char **out_str);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolSetAttrs").
+ */
+int NNSymbolSetAttrs(void *symbol,
+                     uint32_t num_param,
+                     const char **keys,
+                     const char **values);
 
 #ifdef __cplusplus
 }  // extern "C"

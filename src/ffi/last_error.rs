@@ -21,7 +21,12 @@ thread_local! {
 pub(crate) fn set(name: &str, message: &str) {
     // "MXNetError: " first: MXNet's Python maps the text before the first colon to an
     // exception class, and MXNetError is what its tests expect from the store.
-    let text = format!("MXNetError: {name}: {message}");
+    set_raw(&format!("MXNetError: {name}: {message}"));
+}
+
+/// Records `text` verbatim as the last error (`NNAPISetLastError`). Never panics.
+#[cold]
+pub(crate) fn set_raw(text: &str) {
     let mut bytes: Vec<u8> = text.bytes().map(|b| if b == 0 { b' ' } else { b }).collect();
     if bytes.len() >= CAPACITY {
         let mut cut = CAPACITY - 4;

@@ -12,6 +12,7 @@ mod last_error;
 mod ndarray;
 mod ndarray_sparse;
 mod runtime;
+mod stubs;
 mod types;
 mod updater;
 

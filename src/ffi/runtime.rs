@@ -77,3 +77,26 @@ pub(crate) fn role_is(ret: *mut c_int, role: &str) -> Result<()> {
     out.write((actual == role) as c_int);
     Ok(())
 }
+
+/// nnvm's spelling of [`MXGetLastError`]: the same thread-local message.
+///
+/// Ownership: borrowed; valid until the next failing call on the same thread.
+#[no_mangle]
+pub extern "C" fn NNGetLastError() -> *const c_char {
+    super::last_error::as_ptr()
+}
+
+/// Sets the calling thread's last error to `msg` (nnvm's frontends report their own errors
+/// through it). A NULL or non-UTF-8 `msg` records that fact instead.
+///
+/// Ownership: `msg` is read during the call only.
+#[no_mangle]
+pub extern "C" fn NNAPISetLastError(msg: *const c_char) {
+    // The C signature returns void, so the boundary's status has nowhere to go: a failure
+    // has already been recorded as the last error, which is what this call is for.
+    let _ = ffi_boundary!("NNAPISetLastError", {
+        let text = super::args::string(msg, "msg")?;
+        super::last_error::set_raw(text);
+        Ok(())
+    });
+}

@@ -19,3 +19,21 @@ pub type MXKVStoreStrUpdater =
     Option<unsafe extern "C" fn(*const c_char, NDArrayHandle, NDArrayHandle, *mut c_void)>;
 /// `typedef void (MXKVStoreServerController)(int head, const char *body, void *controller_handle);`
 pub type MXKVStoreServerController = Option<unsafe extern "C" fn(c_int, *const c_char, *mut c_void)>;
+/// `typedef void (*ExecutorMonitorCallback)(const char*, NDArrayHandle, void*);`
+pub type ExecutorMonitorCallback = Option<unsafe extern "C" fn(*const c_char, NDArrayHandle, *mut c_void)>;
+/// MXNet's `struct MXCallbackList` (custom ops' callback table); never read by libkvstore.
+#[repr(C)]
+pub struct MXCallbackList {
+    _opaque: [u8; 0],
+}
+/// `typedef int (*CustomOpPropCreator)(const char*, const int, const char**, const char**, struct MXCallbackList*);`
+pub type CustomOpPropCreator =
+    Option<unsafe extern "C" fn(*const c_char, c_int, *mut *const c_char, *mut *const c_char, *mut MXCallbackList) -> c_int>;
+/// `struct LibFeature { const char* name; bool enabled; };`
+#[repr(C)]
+pub struct LibFeature {
+    /// The feature's name, a static string.
+    pub name: *const c_char,
+    /// Whether the library was built with it.
+    pub enabled: bool,
+}
