@@ -9,6 +9,7 @@ pub mod error;
 pub mod ffi;
 pub mod gpu;
 pub mod ndarray;
+pub mod ops;
 pub mod reduce;
 pub mod store;
 
