@@ -43,6 +43,43 @@ extern "C" {
 #endif // __cplusplus
 
 /*
+ The library's features (MXNet's 32 names; all disabled but CUDA when a GPU is usable).
+
+ Ownership: the array belongs to the library and lives for the process.
+ */
+int MXLibInfoFeatures(const struct LibFeature **libFeature,
+                      size_t *size);
+
+/*
+ Seeds the random generators. libkvstore has no random ops, so there is nothing to seed;
+ the call succeeds so that frontends' test fixtures can call it.
+
+ Ownership: none.
+ */
+int MXRandomSeed(int seed);
+
+/*
+ The registered data iterators (names only; see `MXDataIterGetIterInfo`).
+
+ Ownership: the array belongs to the library and lives for the process.
+ */
+int MXListDataIters(uint32_t *out_size,
+                    void ***out_array);
+
+/*
+ A data iterator's name and description; it declares no arguments.
+
+ Ownership: every string and array belongs to the library and lives for the process.
+ */
+int MXDataIterGetIterInfo(void *creator,
+                          const char **name,
+                          const char **description,
+                          uint32_t *num_args,
+                          const char ***arg_names,
+                          const char ***arg_type_infos,
+                          const char ***arg_descriptions);
+
+/*
  Creates a store.
 
  Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
@@ -535,6 +572,18 @@ int MXNDArrayReshape(NDArrayHandle handle,
                      NDArrayHandle *out);
 
 /*
+ [`MXNDArrayReshape`] with 64-bit dims and MXNet's `reverse` flag (what Python's and
+ Perl's `reshape` call).
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayReshape64(NDArrayHandle handle,
+                       int ndim,
+                       int64_t *dims,
+                       bool reverse,
+                       NDArrayHandle *out);
+
+/*
  Creates a sparse array (storage type 1 row_sparse, 2 csr) with `num_aux` aux arrays whose
  dtypes, dimension counts and concatenated shapes are given.
 
@@ -588,6 +637,117 @@ int MXNDArrayGetAuxNDArray(NDArrayHandle handle,
  */
 int MXNDArrayGetDataNDArray(NDArrayHandle handle,
                             NDArrayHandle *out);
+
+/*
+ Every registered op name, aliases included.
+
+ Ownership: the array and strings belong to the library and live for the process.
+ */
+int MXListAllOpNames(uint32_t *out_size,
+                     const char ***out_array);
+
+/*
+ nnvm's [`MXListAllOpNames`].
+
+ Ownership: the array and strings belong to the library and live for the process.
+ */
+int NNListAllOpNames(uint32_t *out_size,
+                     const char ***out_array);
+
+/*
+ The handle of the op named `op_name` (canonical name or alias).
+
+ Ownership: `*op_out` is a token valid for the process; it is never freed.
+ */
+int NNGetOpHandle(const char *op_name,
+                  void **op_out);
+
+/*
+ One handle per op (aliases not repeated).
+
+ Ownership: the array belongs to the library and lives for the process.
+ */
+int MXSymbolListAtomicSymbolCreators(uint32_t *out_size,
+                                     void ***out_array);
+
+/*
+ An op's name, description, arguments (names, MXNet type strings, descriptions) and
+ variadic-count parameter. `return_type` may be NULL; when given it receives NULL, as
+ MXNet writes for every op.
+
+ Ownership: every string and array belongs to the library and lives for the process.
+ */
+int MXSymbolGetAtomicSymbolInfo(void *creator,
+                                const char **name,
+                                const char **description,
+                                uint32_t *num_args,
+                                const char ***arg_names,
+                                const char ***arg_type_infos,
+                                const char ***arg_descriptions,
+                                const char **key_var_num_args,
+                                const char **return_type);
+
+/*
+ Runs an op. With `*outputs == NULL` (or `*num_outputs == 0`) the outputs are allocated and
+ `*outputs` / `*num_outputs` describe them; otherwise the results are written into the
+ `*num_outputs` given arrays (an empty array from `MXNDArrayCreateNone` receives a new one).
+ Parameters are strings, as MXNet's frontends send them (`shape="(2, 3)"`, `scalar="2.0"`).
+ An op that libkvstore registers but does not compute fails with "not supported by
+ libkvstore: NAME".
+
+ Ownership: allocated output handles belong to the caller (`MXNDArrayFree`); the array
+ holding them belongs to the library, valid until the next invoke on this thread.
+ */
+int MXImperativeInvoke(void *creator,
+                       int num_inputs,
+                       NDArrayHandle *inputs,
+                       int *num_outputs,
+                       NDArrayHandle **outputs,
+                       int num_params,
+                       const char **param_keys,
+                       const char **param_vals);
+
+/*
+ [`MXImperativeInvoke`], also reporting each output's storage type in `*out_stypes`
+ (0 default, 1 row_sparse).
+
+ Ownership: as `MXImperativeInvoke`; `*out_stypes` is valid until the next invoke on this thread.
+ */
+int MXImperativeInvokeEx(void *creator,
+                         int num_inputs,
+                         NDArrayHandle *inputs,
+                         int *num_outputs,
+                         NDArrayHandle **outputs,
+                         int num_params,
+                         const char **param_keys,
+                         const char **param_vals,
+                         const int **out_stypes);
+
+/*
+ The legacy function registry: empty in libkvstore (every op is reached through the op
+ registry instead).
+
+ Ownership: `*out_array` belongs to the library.
+ */
+int MXListFunctions(uint32_t *out_size,
+                    const void ***out_array);
+
+/*
+ The packed-function registry (MXNet's `_api_internal` / numpy FFI): empty in libkvstore.
+
+ Ownership: `*out_array` belongs to the library.
+ */
+int MXNetFuncListGlobalNames(uint32_t *out_size,
+                             const char ***out_array);
+
+/*
+ Registers a custom op's property creator. libkvstore accepts the registration (the Python
+ frontend registers its own ops at import) but never runs custom ops.
+
+ Ownership: `op_type` is read during the call only.
+ */
+int MXCustomOpRegister(const char *op_type,
+                       CustomOpPropCreator creator);
 
 /*
  The last error of the calling thread.
@@ -714,12 +874,6 @@ int MXCreateCachedOpEx(void *handle,
                        void **out);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCustomOpRegister").
- */
-int MXCustomOpRegister(const char *op_type,
-                       CustomOpPropCreator creator);
-
-/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterBeforeFirst").
  */
 int MXDataIterBeforeFirst(void *handle);
@@ -750,17 +904,6 @@ int MXDataIterGetData(void *handle,
 int MXDataIterGetIndex(void *handle,
                        uint64_t **out_index,
                        uint64_t *out_size);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetIterInfo").
- */
-int MXDataIterGetIterInfo(void *creator,
-                          const char **name,
-                          const char **description,
-                          uint32_t *num_args,
-                          const char ***arg_names,
-                          const char ***arg_type_infos,
-                          const char ***arg_descriptions);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetLabel").
@@ -1065,31 +1208,6 @@ int MXGetGPUMemoryInformation64(int dev,
                                 uint64_t *total_mem);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXImperativeInvoke").
- */
-int MXImperativeInvoke(void *creator,
-                       int num_inputs,
-                       void **inputs,
-                       int *num_outputs,
-                       void ***outputs,
-                       int num_params,
-                       const char **param_keys,
-                       const char **param_vals);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXImperativeInvokeEx").
- */
-int MXImperativeInvokeEx(void *creator,
-                         int num_inputs,
-                         void **inputs,
-                         int *num_outputs,
-                         void ***outputs,
-                         int num_params,
-                         const char **param_keys,
-                         const char **param_vals,
-                         const int **out_stypes);
-
-/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOp").
  */
 int MXInvokeCachedOp(void *handle,
@@ -1112,30 +1230,6 @@ int MXInvokeCachedOpEx(void *handle,
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXIsNumpyShape").
  */
 int MXIsNumpyShape(int *curr);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXLibInfoFeatures").
- */
-int MXLibInfoFeatures(const struct LibFeature **libFeature,
-                      size_t *size);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListAllOpNames").
- */
-int MXListAllOpNames(uint32_t *out_size,
-                     const char ***out_array);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListDataIters").
- */
-int MXListDataIters(uint32_t *out_size,
-                    void ***out_array);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListFunctions").
- */
-int MXListFunctions(uint32_t *out_size,
-                    const void ***out_array);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayAt64").
@@ -1223,15 +1317,6 @@ int MXNDArrayLoadFromRawBytes(const void *buf,
                               void **out);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayReshape64").
- */
-int MXNDArrayReshape64(void *handle,
-                       int ndim,
-                       int64_t *dims,
-                       bool reverse,
-                       void **out);
-
-/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySave").
  */
 int MXNDArraySave(const char *fname,
@@ -1297,11 +1382,6 @@ int MXOptimizeForBackend(void *sym_handle,
                          int *new_aux_cnt,
                          void ***new_aux_handle,
                          char ***new_aux_names_handle);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRandomSeed").
- */
-int MXRandomSeed(int seed);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRandomSeedContext").
@@ -1514,19 +1594,6 @@ int MXSymbolCreateVariable(const char *name,
 int MXSymbolFree(void *symbol);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAtomicSymbolInfo").
- */
-int MXSymbolGetAtomicSymbolInfo(void *creator,
-                                const char **name,
-                                const char **description,
-                                uint32_t *num_args,
-                                const char ***arg_names,
-                                const char ***arg_type_infos,
-                                const char ***arg_descriptions,
-                                const char **key_var_num_args,
-                                const char **return_type);
-
-/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAtomicSymbolName").
  */
 int MXSymbolGetAtomicSymbolName(void *creator,
@@ -1694,12 +1761,6 @@ int MXSymbolListArguments(void *symbol,
                           const char ***out_str_array);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAtomicSymbolCreators").
- */
-int MXSymbolListAtomicSymbolCreators(uint32_t *out_size,
-                                     void ***out_array);
-
-/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAttr").
  */
 int MXSymbolListAttr(void *symbol,
@@ -1759,12 +1820,6 @@ int NNAddControlDeps(void *handle,
                      void *src_dep);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGetOpHandle").
- */
-int NNGetOpHandle(const char *op_name,
-                  void **op_out);
-
-/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGetOpInfo").
  */
 int NNGetOpInfo(void *op,
@@ -1822,12 +1877,6 @@ int NNGraphSetJSONAttr(void *handle,
 int NNGraphSetNodeEntryListAttr_(void *handle,
                                  const char *key,
                                  void *list);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNListAllOpNames").
- */
-int NNListAllOpNames(uint32_t *out_size,
-                     const char ***out_array);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNListUniqueOps").

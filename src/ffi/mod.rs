@@ -5,12 +5,15 @@
 #[macro_use]
 mod boundary;
 mod args;
+mod cstr_table;
+mod features;
 mod handle;
 mod kvstore;
 mod kvstore_calls;
 mod last_error;
 mod ndarray;
 mod ndarray_sparse;
+mod ops;
 mod runtime;
 mod stubs;
 mod types;

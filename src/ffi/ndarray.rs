@@ -302,6 +302,23 @@ pub extern "C" fn MXNDArrayAt(handle: NDArrayHandle, idx: u32, out: *mut NDArray
 }
 
 /// Resolves MXNet's reshape dims: 0 keeps the input's dimension, -1 is inferred (once).
+/// `reverse` matches the special values from the right, as MXNet's `reverse=True`.
+fn reshape_dims_from(input: &[usize], dims: &[i64], reverse: bool) -> Result<Vec<usize>> {
+    if reverse {
+        let rin: Vec<usize> = input.iter().rev().copied().collect();
+        let rdims: Vec<i64> = dims.iter().rev().copied().collect();
+        let mut shape = reshape_dims_from(&rin, &rdims, false)?;
+        shape.reverse();
+        return Ok(shape);
+    }
+    let dims: Vec<c_int> = dims
+        .iter()
+        .map(|&d| c_int::try_from(d).map_err(|_| crate::Error::new(format!("reshape dim {d} is too large"))))
+        .collect::<Result<_>>()?;
+    reshape_dims(input, &dims)
+}
+
+/// Resolves MXNet's reshape dims: 0 keeps the input's dimension, -1 is inferred (once).
 fn reshape_dims(input: &[usize], dims: &[c_int]) -> Result<Vec<usize>> {
     let mut shape = Vec::with_capacity(dims.len());
     let mut infer = None;
@@ -341,6 +358,22 @@ pub extern "C" fn MXNDArrayReshape(handle: NDArrayHandle, ndim: c_int, dims: *mu
     })
 }
 
+/// [`MXNDArrayReshape`] with 64-bit dims and MXNet's `reverse` flag (what Python's and
+/// Perl's `reshape` call).
+///
+/// Ownership: the caller frees `*out` with `MXNDArrayFree`.
+#[no_mangle]
+pub extern "C" fn MXNDArrayReshape64(handle: NDArrayHandle, ndim: c_int, dims: *mut i64, reverse: bool, out: *mut NDArrayHandle) -> c_int {
+    ffi_boundary!("MXNDArrayReshape64", {
+        let out = Out::new(out, "out")?;
+        let ndim = usize::try_from(ndim).map_err(|_| crate::Error::new(format!("ndim {ndim} is negative")))?;
+        let array = handle::ndarray(handle, "handle")?;
+        let shape = reshape_dims_from(array.shape(), args::slice(dims, ndim, "dims")?, reverse)?;
+        out.write(handle::new_ndarray(Some(array.reshape(&shape)?)));
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,5 +384,7 @@ mod tests {
         assert_eq!(reshape_dims(&[2, 3, 4], &[4, 6]).unwrap(), vec![4, 6]);
         assert!(reshape_dims(&[2, 3], &[-1, -1]).is_err());
         assert!(reshape_dims(&[2, 3], &[4, -1]).is_err());
+        assert_eq!(reshape_dims_from(&[2, 3, 4], &[-1, 0], true).unwrap(), vec![6, 4]);
+        assert_eq!(reshape_dims_from(&[2, 3, 4], &[0, -1], false).unwrap(), vec![2, 12]);
     }
 }

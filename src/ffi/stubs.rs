@@ -4,7 +4,7 @@
 //! library) link against but libkvstore does not implement. They exist so those libraries
 //! load with every symbol bound (`PERL_DL_NONLAZY`, a JVM never hitting a missing symbol,
 //! C++ linking without `--gc-sections`); each answers -1 with a clear `MXGetLastError`.
-//! Callback typedefs used: CustomOpPropCreator, ExecutorMonitorCallback; structs: LibFeature.
+//! Callback typedefs used: ExecutorMonitorCallback; structs: none.
 
 #![allow(non_snake_case, unused_variables, clippy::too_many_arguments)]
 
@@ -81,12 +81,6 @@ pub extern "C" fn MXCreateCachedOpEx(handle: *mut c_void, num_flags: c_int, keys
     ffi_boundary!("MXCreateCachedOpEx", { unsupported("MXCreateCachedOpEx") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCustomOpRegister").
-#[no_mangle]
-pub extern "C" fn MXCustomOpRegister(op_type: *const c_char, creator: CustomOpPropCreator) -> c_int {
-    ffi_boundary!("MXCustomOpRegister", { unsupported("MXCustomOpRegister") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterBeforeFirst").
 #[no_mangle]
 pub extern "C" fn MXDataIterBeforeFirst(handle: *mut c_void) -> c_int {
@@ -115,12 +109,6 @@ pub extern "C" fn MXDataIterGetData(handle: *mut c_void, out: *mut *mut c_void) 
 #[no_mangle]
 pub extern "C" fn MXDataIterGetIndex(handle: *mut c_void, out_index: *mut *mut u64, out_size: *mut u64) -> c_int {
     ffi_boundary!("MXDataIterGetIndex", { unsupported("MXDataIterGetIndex") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetIterInfo").
-#[no_mangle]
-pub extern "C" fn MXDataIterGetIterInfo(creator: *mut c_void, name: *mut *const c_char, description: *mut *const c_char, num_args: *mut u32, arg_names: *mut *mut *const c_char, arg_type_infos: *mut *mut *const c_char, arg_descriptions: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXDataIterGetIterInfo", { unsupported("MXDataIterGetIterInfo") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetLabel").
@@ -291,18 +279,6 @@ pub extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, to
     ffi_boundary!("MXGetGPUMemoryInformation64", { unsupported("MXGetGPUMemoryInformation64") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXImperativeInvoke").
-#[no_mangle]
-pub extern "C" fn MXImperativeInvoke(creator: *mut c_void, num_inputs: c_int, inputs: *mut *mut c_void, num_outputs: *mut c_int, outputs: *mut *mut *mut c_void, num_params: c_int, param_keys: *mut *const c_char, param_vals: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXImperativeInvoke", { unsupported("MXImperativeInvoke") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXImperativeInvokeEx").
-#[no_mangle]
-pub extern "C" fn MXImperativeInvokeEx(creator: *mut c_void, num_inputs: c_int, inputs: *mut *mut c_void, num_outputs: *mut c_int, outputs: *mut *mut *mut c_void, num_params: c_int, param_keys: *mut *const c_char, param_vals: *mut *const c_char, out_stypes: *mut *const c_int) -> c_int {
-    ffi_boundary!("MXImperativeInvokeEx", { unsupported("MXImperativeInvokeEx") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOp").
 #[no_mangle]
 pub extern "C" fn MXInvokeCachedOp(handle: *mut c_void, num_inputs: c_int, inputs: *mut *mut c_void, num_outputs: *mut c_int, outputs: *mut *mut *mut c_void) -> c_int {
@@ -319,30 +295,6 @@ pub extern "C" fn MXInvokeCachedOpEx(handle: *mut c_void, num_inputs: c_int, inp
 #[no_mangle]
 pub extern "C" fn MXIsNumpyShape(curr: *mut c_int) -> c_int {
     ffi_boundary!("MXIsNumpyShape", { unsupported("MXIsNumpyShape") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXLibInfoFeatures").
-#[no_mangle]
-pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *mut usize) -> c_int {
-    ffi_boundary!("MXLibInfoFeatures", { unsupported("MXLibInfoFeatures") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListAllOpNames").
-#[no_mangle]
-pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXListAllOpNames", { unsupported("MXListAllOpNames") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListDataIters").
-#[no_mangle]
-pub extern "C" fn MXListDataIters(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXListDataIters", { unsupported("MXListDataIters") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXListFunctions").
-#[no_mangle]
-pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *const c_void) -> c_int {
-    ffi_boundary!("MXListFunctions", { unsupported("MXListFunctions") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayAt64").
@@ -405,12 +357,6 @@ pub extern "C" fn MXNDArrayLoadFromRawBytes(buf: *const c_void, size: usize, out
     ffi_boundary!("MXNDArrayLoadFromRawBytes", { unsupported("MXNDArrayLoadFromRawBytes") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayReshape64").
-#[no_mangle]
-pub extern "C" fn MXNDArrayReshape64(handle: *mut c_void, ndim: c_int, dims: *mut i64, reverse: bool, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArrayReshape64", { unsupported("MXNDArrayReshape64") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySave").
 #[no_mangle]
 pub extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args: *mut *mut c_void, keys: *mut *const c_char) -> c_int {
@@ -445,12 +391,6 @@ pub extern "C" fn MXNDArraySyncCheckFormat(handle: *mut c_void, full_check: bool
 #[no_mangle]
 pub extern "C" fn MXOptimizeForBackend(sym_handle: *mut c_void, backend_name: *const c_char, dev_type: c_int, ret_sym_handle: *mut *mut c_void, args_len: u32, in_args_handle: *mut *mut c_void, aux_len: u32, in_aux_handle: *mut *mut c_void, num_options: u32, keys: *mut *const c_char, vals: *mut *const c_char, num_input_shapes: u32, input_shape_names: *mut *const c_char, input_shape_data: *const i64, input_shape_idx: *const u32, num_input_dtypes: u32, input_dtype_names: *mut *const c_char, input_dtypes: *const c_int, num_input_stypes: u32, input_stype_names: *mut *const c_char, input_stypes: *const c_int, skip_infer: bool, new_args_cnt: *mut c_int, new_args_handle: *mut *mut *mut c_void, new_arg_names_handle: *mut *mut *mut c_char, new_aux_cnt: *mut c_int, new_aux_handle: *mut *mut *mut c_void, new_aux_names_handle: *mut *mut *mut c_char) -> c_int {
     ffi_boundary!("MXOptimizeForBackend", { unsupported("MXOptimizeForBackend") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRandomSeed").
-#[no_mangle]
-pub extern "C" fn MXRandomSeed(seed: c_int) -> c_int {
-    ffi_boundary!("MXRandomSeed", { unsupported("MXRandomSeed") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRandomSeedContext").
@@ -627,12 +567,6 @@ pub extern "C" fn MXSymbolFree(symbol: *mut c_void) -> c_int {
     ffi_boundary!("MXSymbolFree", { unsupported("MXSymbolFree") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAtomicSymbolInfo").
-#[no_mangle]
-pub extern "C" fn MXSymbolGetAtomicSymbolInfo(creator: *mut c_void, name: *mut *const c_char, description: *mut *const c_char, num_args: *mut u32, arg_names: *mut *mut *const c_char, arg_type_infos: *mut *mut *const c_char, arg_descriptions: *mut *mut *const c_char, key_var_num_args: *mut *const c_char, return_type: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolGetAtomicSymbolInfo", { unsupported("MXSymbolGetAtomicSymbolInfo") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAtomicSymbolName").
 #[no_mangle]
 pub extern "C" fn MXSymbolGetAtomicSymbolName(creator: *mut c_void, name: *mut *const c_char) -> c_int {
@@ -723,12 +657,6 @@ pub extern "C" fn MXSymbolListArguments(symbol: *mut c_void, out_size: *mut u32,
     ffi_boundary!("MXSymbolListArguments", { unsupported("MXSymbolListArguments") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAtomicSymbolCreators").
-#[no_mangle]
-pub extern "C" fn MXSymbolListAtomicSymbolCreators(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolListAtomicSymbolCreators", { unsupported("MXSymbolListAtomicSymbolCreators") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAttr").
 #[no_mangle]
 pub extern "C" fn MXSymbolListAttr(symbol: *mut c_void, out_size: *mut u32, out: *mut *mut *const c_char) -> c_int {
@@ -783,12 +711,6 @@ pub extern "C" fn NNAddControlDeps(handle: *mut c_void, src_dep: *mut c_void) ->
     ffi_boundary!("NNAddControlDeps", { unsupported("NNAddControlDeps") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGetOpHandle").
-#[no_mangle]
-pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNGetOpHandle", { unsupported("NNGetOpHandle") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGetOpInfo").
 #[no_mangle]
 pub extern "C" fn NNGetOpInfo(op: *mut c_void, real_name: *mut *const c_char, description: *mut *const c_char, num_doc_args: *mut u32, arg_names: *mut *mut *const c_char, arg_type_infos: *mut *mut *const c_char, arg_descriptions: *mut *mut *const c_char, return_type: *mut *const c_char) -> c_int {
@@ -835,12 +757,6 @@ pub extern "C" fn NNGraphSetJSONAttr(handle: *mut c_void, key: *const c_char, js
 #[no_mangle]
 pub extern "C" fn NNGraphSetNodeEntryListAttr_(handle: *mut c_void, key: *const c_char, list: *mut c_void) -> c_int {
     ffi_boundary!("NNGraphSetNodeEntryListAttr_", { unsupported("NNGraphSetNodeEntryListAttr_") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNListAllOpNames").
-#[no_mangle]
-pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("NNListAllOpNames", { unsupported("NNListAllOpNames") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNListUniqueOps").
