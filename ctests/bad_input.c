@@ -400,6 +400,73 @@ static void per_thread_errors(void) {
   }
 }
 
+/* The operator surface of the frontends: MXImperativeInvoke(Ex), op lookup and op info. */
+static void operators(void) {
+  void *plus, *sgd, *zeros;
+  uint32_t num_names;
+  const char **names;
+  CHECK(MXListAllOpNames(&num_names, &names));
+  CHECK(NNGetOpHandle("elemwise_add", &plus));
+  CHECK(NNGetOpHandle("_zeros", &zeros));
+  void *untouched = &num_names;
+  void *op = untouched;
+  FAILS(NNGetOpHandle("no_such_op", &op), "no_such_op");
+  TRUE(op == untouched);
+  FAILS(NNGetOpHandle(NULL, &op), "NULL");
+  FAILS(NNGetOpHandle("_zeros", NULL), "NULL");
+
+  NDArrayHandle small = f32_filled(3, 1, 0);
+  NDArrayHandle in2[2] = {val, small};
+  int n = 0;
+  NDArrayHandle *outs = NULL;
+  /* shapes that do not match, for the elementwise and broadcast forms */
+  FAILS(MXImperativeInvoke(plus, 2, in2, &n, &outs, 0, NULL, NULL), "shape");
+  TRUE(n == 0 && outs == NULL);
+  void *badd;
+  CHECK(NNGetOpHandle("broadcast_add", &badd));
+  FAILS(MXImperativeInvoke(badd, 2, in2, &n, &outs, 0, NULL, NULL), "shape");
+  /* wrong input count, NULL inputs, a freed input, a bad creator */
+  FAILS(MXImperativeInvoke(plus, 1, in2, &n, &outs, 0, NULL, NULL), "input");
+  FAILS(MXImperativeInvoke(plus, 2, NULL, &n, &outs, 0, NULL, NULL), "NULL");
+  NDArrayHandle freed = f32_filled(N, 1, 0);
+  CHECK(MXNDArrayFree(freed));
+  NDArrayHandle with_freed[2] = {val, freed};
+  FAILS(MXImperativeInvoke(plus, 2, with_freed, &n, &outs, 0, NULL, NULL), "not a live");
+  FAILS(MXImperativeInvoke(NULL, 2, in2, &n, &outs, 0, NULL, NULL), "operator handle");
+  FAILS(MXImperativeInvoke(&n, 2, in2, &n, &outs, 0, NULL, NULL), "operator");
+  FAILS(MXImperativeInvoke(plus, 2, in2, NULL, &outs, 0, NULL, NULL), "NULL");
+  /* bad parameters: unknown names, unparsable values, unknown dtype, params without arrays */
+  const char *shape_k[] = {"shape", "dtype"}, *bad_dtype[] = {"(2, 2)", "float128"};
+  FAILS(MXImperativeInvoke(zeros, 0, NULL, &n, &outs, 2, shape_k, bad_dtype), "float128");
+  const char *bad_shape[] = {"(2, x)", "float32"};
+  FAILS(MXImperativeInvoke(zeros, 0, NULL, &n, &outs, 2, shape_k, bad_shape), "shape");
+  const char *unknown_k[] = {"colour"}, *unknown_v[] = {"red"};
+  FAILS(MXImperativeInvoke(zeros, 0, NULL, &n, &outs, 1, unknown_k, unknown_v), "colour");
+  FAILS(MXImperativeInvoke(zeros, 0, NULL, &n, &outs, 1, NULL, unknown_v), "NULL");
+  /* a given output of the wrong shape is refused and left as it was */
+  NDArrayHandle wrong = f32_filled(3, 9, 0);
+  NDArrayHandle val_val[2] = {val, val};
+  n = 1;
+  outs = &wrong;
+  FAILS(MXImperativeInvoke(plus, 2, val_val, &n, &outs, 0, NULL, NULL), "shape");
+  TRUE(f32_uniform(wrong, 3) == 9);
+  /* a name registered for the Python import only answers "not supported" */
+  CHECK(NNGetOpHandle("sgd_update", &sgd));
+  n = 0;
+  outs = NULL;
+  FAILS(MXImperativeInvoke(sgd, 0, NULL, &n, &outs, 0, NULL, NULL), "not supported by libkvstore: sgd_update");
+  /* op info: NULL out-params */
+  const char *name, *desc, *kv_args, *ret;
+  uint32_t num_args;
+  const char **arg_names, **arg_types, **arg_descs;
+  FAILS(MXSymbolGetAtomicSymbolInfo(plus, NULL, &desc, &num_args, &arg_names, &arg_types, &arg_descs, &kv_args, &ret), "NULL");
+  FAILS(MXSymbolGetAtomicSymbolInfo(NULL, &name, &desc, &num_args, &arg_names, &arg_types, &arg_descs, &kv_args, &ret), "operator handle");
+  CHECK(MXSymbolGetAtomicSymbolInfo(plus, &name, &desc, &num_args, &arg_names, &arg_types, &arg_descs, &kv_args, &ret));
+  TRUE(strcmp(name, "elemwise_add") == 0 && num_args == 2 && strcmp(arg_names[0], "lhs") == 0);
+  CHECK(MXNDArrayFree(small));
+  CHECK(MXNDArrayFree(wrong));
+}
+
 int main(void) {
   CHECK(MXKVStoreCreate("local", &kv));
   CHECK(MXKVStoreCreate("local", &skv));
@@ -416,6 +483,7 @@ int main(void) {
   improvements();
   compression_with_growing_value_counts();
   per_thread_errors();
+  operators();
   TRUE(stored(3) == 7 && stored_str("w") == 5);
   CHECK(MXNDArrayFree(val));
   CHECK(MXNDArrayFree(five));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: header freshness, Rust unit tests, the C programs (walkthrough,
 # differential against the reference libmxnet.so, bad input, threads), the header ABI check,
-# and the C programs again under AddressSanitizer and valgrind.
+# the Python proof (the unchanged mxnet 1.9.1 package on both libraries), and the C programs
+# again under AddressSanitizer and valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,4 +14,5 @@ echo "reference library: $MXNET_LIBRARY"
 
 scripts/gen-header.sh --check
 cargo test --release
+scripts/python-frontend.sh
 bash ctests/run_sanitized.sh

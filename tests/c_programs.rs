@@ -159,3 +159,32 @@ fn diff_compression() {
 fn diff_sparse() {
     differential("diff_sparse");
 }
+
+#[test]
+fn diff_ops() {
+    differential("diff_ops");
+}
+
+/// Every MX*/NN* symbol the unchanged frontends reference at link level (cpp-package's test,
+/// Perl's SWIG wrappers, Scala's JNI library) is exported, so eager binding (`RTLD_NOW`,
+/// `PERL_DL_NONLAZY`) succeeds.
+#[test]
+fn exports_every_symbol_the_frontends_link() {
+    let listed = std::fs::read_to_string(root().join("bindings/link-symbols.txt")).unwrap();
+    let wanted: Vec<&str> = listed.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    assert!(wanted.len() > 200, "{} symbols listed", wanted.len());
+    let nm = Command::new("nm").args(["-D", "--defined-only"]).arg(lib_dir().join("libkvstore.so")).output().expect("run nm");
+    assert!(nm.status.success());
+    let exported: std::collections::HashSet<String> =
+        String::from_utf8_lossy(&nm.stdout).lines().filter_map(|l| l.split_whitespace().nth(2).map(String::from)).collect();
+    let missing: Vec<&&str> = wanted.iter().filter(|s| !exported.contains(**s)).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+}
+
+/// libkvstore.so brings libstdc++ as libmxnet.so does (see build.rs): Perl's SWIG wrappers
+/// are C++ linked by the C driver and need it under eager binding.
+#[test]
+fn library_needs_libstdcxx_like_libmxnet() {
+    let out = Command::new("readelf").arg("-d").arg(lib_dir().join("libkvstore.so")).output().expect("run readelf");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[libstdc++.so.6]"));
+}

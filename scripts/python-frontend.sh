@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The Python proof: the unchanged PyPI mxnet==1.9.1 package runs tests/python/ twice —
+# loaded on libkvstore.so through MXNET_LIBRARY_PATH, and on the wheel's own libmxnet.so —
+# so a test asserting something MXNet does not do fails on the reference run.
+#
+#   scripts/python-frontend.sh [pytest args...]
+# Uses the reference venv of scripts/reference-mxnet.sh (installs pytest into it if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reference=$(scripts/reference-mxnet.sh)
+venv=$(cd "$(dirname "$reference")/../../../.." && pwd)
+python="$venv/bin/python"
+"$python" -c 'import pytest' 2>/dev/null || "$venv/bin/pip" install --quiet --disable-pip-version-check pytest
+cargo build --release --quiet
+ours="$PWD/target/release/libkvstore.so"   # MXNET_LIBRARY_PATH must be absolute
+
+run() {
+  echo "== unchanged mxnet 1.9.1 Python package on $1"
+  (cd tests/python && env "${@:2}" "$python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning "${args[@]}")
+}
+args=("$@")
+run "libkvstore.so ($ours)" MXNET_LIBRARY_PATH="$ours"
+run "the reference libmxnet.so ($reference)" -u MXNET_LIBRARY_PATH

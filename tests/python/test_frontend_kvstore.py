@@ -1,0 +1,234 @@
+"""The seed walkthrough and the KVStore API of the unchanged PyPI `mxnet==1.9.1` package.
+
+`scripts/python-frontend.sh` runs this file twice: with `MXNET_LIBRARY_PATH` pointing at
+libkvstore.so, and without it, against the wheel's own libmxnet.so, so a test that asserts something
+MXNet does not do fails on the reference run. `test_library_under_test` records which
+library was loaded, so a run can never silently test the wrong one.
+"""
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet.base import MXNetError, _LIB
+
+SHAPE = (4, 4)
+CPUS = [mx.cpu(i) for i in range(4)]
+# Set by scripts/python-frontend.sh for the run against the wheel's own libmxnet.so.
+IS_REFERENCE = not os.environ.get("MXNET_LIBRARY_PATH")
+
+
+def full(value, shape=SHAPE, ctx=mx.cpu(0), dtype="float32"):
+    return mx.nd.full(shape, value, ctx=ctx, dtype=dtype)
+
+
+def assert_all(array, value):
+    got = array.asnumpy()
+    assert np.array_equal(got, np.full(got.shape, value, dtype=got.dtype)), got
+
+
+def test_library_under_test():
+    if IS_REFERENCE:
+        assert os.path.basename(_LIB._name) == "libmxnet.so"
+    else:
+        assert os.path.realpath(_LIB._name) == os.path.realpath(os.environ["MXNET_LIBRARY_PATH"])
+
+
+def test_type_rank_and_num_workers():
+    for name in ["local", "device", "local_allreduce_cpu"]:
+        kv = mx.kv.create(name)
+        assert kv.type == name
+        assert kv.rank == 0
+        assert kv.num_workers == 1
+
+
+def test_walkthrough_init_push_pull():
+    """The seed walkthrough: init, push of one and of 4 values, multi-device pulls."""
+    kv = mx.kv.create("local")
+    kv.init(3, mx.nd.ones(SHAPE) * 2)
+    out = mx.nd.zeros(SHAPE)
+    kv.pull(3, out=out)
+    assert_all(out, 2)
+
+    kv.push(3, mx.nd.ones(SHAPE) * 8)
+    kv.pull(3, out=out)
+    assert_all(out, 8)
+
+    # a list of values for one key is summed, whatever context each lives on
+    kv.push(3, [mx.nd.ones(SHAPE, ctx) for ctx in CPUS])
+    outs = [mx.nd.zeros(SHAPE, ctx) for ctx in CPUS]
+    kv.pull(3, out=outs)
+    for o, ctx in zip(outs, CPUS):
+        assert o.context == ctx
+        assert_all(o, 4)
+
+
+def test_updater_sees_merged_value_and_aliases_the_stored_one():
+    kv = mx.kv.create("local")
+    kv.init(3, mx.nd.ones(SHAPE))
+    calls = []
+
+    def update(key, recv, stored):
+        calls.append((key, recv.asnumpy().copy()))
+        stored += recv * 2  # writes through to the store's value
+
+    kv._set_updater(update)
+    kv.push(3, [mx.nd.ones(SHAPE, ctx) for ctx in CPUS])
+    out = mx.nd.zeros(SHAPE)
+    kv.pull(3, out=out)
+    assert_all(out, 1 + 2 * 4)
+    assert len(calls) == 1 and calls[0][0] == 3
+    assert np.array_equal(calls[0][1], np.full(SHAPE, 4, np.float32))
+
+
+def test_lists_of_keys():
+    kv = mx.kv.create("local")
+    keys = [5, 7, 11]
+    kv.init(keys, [full(k) for k in keys])
+    kv.push(keys, [[full(k, ctx=c) for c in CPUS] for k in keys])
+    outs = [[mx.nd.zeros(SHAPE, c) for c in CPUS] for _ in keys]
+    kv.pull(keys, out=outs)
+    for k, row in zip(keys, outs):
+        for o in row:
+            assert_all(o, 4 * k)
+
+
+def test_string_keys_and_mixed_key_types_are_refused():
+    kv = mx.kv.create("local")
+    kv.init("w", mx.nd.zeros(SHAPE))
+    kv.init(["x", "y"], [full(1), full(2)])
+    kv.push(["w", "x"], [full(3), [full(1), full(1)]])
+    outs = [mx.nd.zeros(SHAPE) for _ in range(3)]
+    kv.pull(["w", "x", "y"], out=outs)
+    for o, want in zip(outs, [3, 2, 2]):
+        assert_all(o, want)
+    with pytest.raises(MXNetError):
+        kv.init(9, mx.nd.zeros(SHAPE))
+
+
+def test_pull_of_uninitialised_key_raises():
+    kv = mx.kv.create("local")
+    kv.init(1, mx.nd.zeros(SHAPE))
+    with pytest.raises(MXNetError):
+        kv.pull(2, out=mx.nd.zeros(SHAPE))
+        mx.nd.waitall()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64", "uint8"])
+def test_dtypes_survive_push_and_pull(dtype):
+    kv = mx.kv.create("device")
+    kv.init("k", full(1, dtype=dtype))
+    kv.push("k", [full(i + 1, ctx=c, dtype=dtype) for i, c in enumerate(CPUS)])
+    out = mx.nd.zeros(SHAPE, dtype=dtype)
+    kv.pull("k", out=out)
+    assert out.dtype == np.dtype(dtype)
+    assert_all(out, 10)
+
+
+def test_pushpull_in_place_and_into_outputs():
+    kv = mx.kv.create("local")
+    kv.init(0, mx.nd.zeros(SHAPE))
+    vals = [full(i + 1, ctx=c) for i, c in enumerate(CPUS)]
+    kv.pushpull(0, vals)  # out=None: the values themselves receive the sum
+    for v in vals:
+        assert_all(v, 10)
+    outs = [mx.nd.zeros(SHAPE, c) for c in CPUS]
+    kv.pushpull(0, [full(1, ctx=c) for c in CPUS], out=outs)
+    for o in outs:
+        assert_all(o, 4)
+
+
+def test_broadcast_initialises_and_pulls():
+    kv = mx.kv.create("local")
+    outs = [mx.nd.zeros(SHAPE, c) for c in CPUS]
+    kv.broadcast("b", full(6), out=outs)
+    for o in outs:
+        assert_all(o, 6)
+    again = mx.nd.zeros(SHAPE)
+    kv.pull("b", out=again)
+    assert_all(again, 6)
+
+
+def test_row_sparse_push_and_row_sparse_pull():
+    kv = mx.kv.create("local")
+    dense = np.zeros(SHAPE, np.float32)
+    kv.init("e", mx.nd.array(dense).tostype("row_sparse"))
+    grad = np.zeros(SHAPE, np.float32)
+    grad[[0, 2]] = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    kv.push("e", [mx.nd.array(grad, ctx=c).tostype("row_sparse") for c in CPUS[:2]])
+
+    for row_ids, dtype in [([2, 0, 2], "int64"), ([1, 2], "float32")]:
+        out = mx.nd.zeros(SHAPE, stype="row_sparse")
+        ids = mx.nd.array(row_ids, dtype=dtype)
+        kv.row_sparse_pull("e", out=out, row_ids=ids)
+        assert out.stype == "row_sparse"
+        want_rows = sorted(set(row_ids))
+        assert out.indices.asnumpy().tolist() == want_rows
+        assert np.array_equal(out.data.asnumpy(), 2 * grad[want_rows])
+        assert np.array_equal(out.asnumpy()[want_rows], 2 * grad[want_rows])
+
+    with pytest.raises(MXNetError):  # row_sparse_pull wants row_sparse outputs
+        kv.row_sparse_pull("e", out=mx.nd.zeros(SHAPE), row_ids=mx.nd.array([0]))
+        mx.nd.waitall()
+
+
+def test_cast_storage_round_trip():
+    a = np.zeros(SHAPE, np.float32)
+    a[1] = 3
+    rsp = mx.nd.array(a).tostype("row_sparse")
+    assert rsp.stype == "row_sparse"
+    assert rsp.indices.asnumpy().tolist() == [1]
+    back = rsp.tostype("default")
+    assert back.stype == "default"
+    assert np.array_equal(back.asnumpy(), a)
+
+
+def test_nd_arithmetic_on_pulled_values():
+    kv = mx.kv.create("local")
+    kv.init(3, full(3))
+    kv.push(3, [full(1.5, ctx=c) for c in CPUS])
+    a = mx.nd.zeros(SHAPE)
+    kv.pull(3, out=a)
+    b = full(2)
+    checks = [
+        (a + b, 8), (a - b, 4), (a * b, 12), (a / b, 3),
+        (a + 1, 7), (a - 1, 5), (1 - a, -5), (a * 2, 12), (a / 4, 1.5), (12 / a, 2),
+        (mx.nd.elemwise_add(a, b), 8), (mx.nd.elemwise_sub(a, b), 4),
+        (mx.nd.elemwise_mul(a, b), 12), (mx.nd.elemwise_div(a, b), 3),
+        (mx.nd.broadcast_add(a, full(1, shape=(1, 4))), 7),
+        (mx.nd.broadcast_mul(a, full(2, shape=(4, 1))), 12),
+    ]
+    for got, want in checks:
+        assert got.shape == SHAPE
+        assert_all(got, want)
+    assert a.sum().asscalar() == 6 * 16
+    assert mx.nd.sum(a, axis=1).asnumpy().tolist() == [24.0] * 4
+    assert a.astype("int32").dtype == np.int32
+    assert_all(a.astype("float64"), 6)
+    c = a.copy()
+    c += b
+    assert_all(c, 8)
+    assert_all(a, 6)
+    on_cpu2 = a.copyto(mx.cpu(2))
+    assert on_cpu2.context == mx.cpu(2)
+    assert_all(on_cpu2, 6)
+    a[:] = 0.5
+    assert_all(a, 0.5)
+    assert_all(mx.nd.ones((2, 2), dtype="int64") * 3, 3)
+
+
+def test_bad_input_raises_instead_of_crashing():
+    kv = mx.kv.create("local")
+    kv.init(1, full(5))
+    # MXNet accepts the push and fails at the pull; libkvstore refuses the push itself and
+    # keeps the stored value (a deliberate improvement): both raise MXNetError by the pull.
+    with pytest.raises(MXNetError):
+        kv.push(1, mx.nd.zeros((3, 3)))
+        kv.pull(1, out=mx.nd.zeros(SHAPE))
+        mx.nd.waitall()
+    if not IS_REFERENCE:
+        kept = mx.nd.zeros(SHAPE)
+        kv.pull(1, out=kept)
+        assert_all(kept, 5)
+    with pytest.raises(MXNetError):
+        mx.nd.broadcast_add(full(1), full(1, shape=(3, 3)))
