@@ -1,0 +1,8 @@
+# Source this to run the unchanged MXNet Python package (PyPI mxnet==1.9.1, numpy<1.24) on
+# libkvstore.so:   source bindings/python/env.sh && python your_training_script.py
+# mxnet's libinfo.find_lib_path() honours MXNET_LIBRARY_PATH; it must be an absolute path.
+_kv_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+[ -f "$_kv_root/target/release/libkvstore.so" ] || (cd "$_kv_root" && cargo build --release --quiet)
+export MXNET_LIBRARY_PATH="$_kv_root/target/release/libkvstore.so"
+unset _kv_root
+echo "mxnet will load $MXNET_LIBRARY_PATH"
