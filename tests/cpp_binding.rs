@@ -1,0 +1,69 @@
+//! The C++17 RAII wrapper of `bindings/cpp`: its test program is compiled with warnings as
+//! errors and run against libkvstore.so, plainly and under AddressSanitizer + UBSan (a
+//! handle freed twice, or never, fails there).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/<profile>, with libkvstore.so freshly built (as tests/c_programs.rs does).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
+    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    build.args(["build", "--lib", "--quiet"]).current_dir(root());
+    if dir.ends_with("release") {
+        build.arg("--release");
+    }
+    assert!(build.status().expect("run cargo build").success(), "cargo build of libkvstore.so failed");
+    dir
+}
+
+fn build_and_run(suffix: &str, extra: &[&str]) -> String {
+    let lib = lib_dir();
+    let exe = lib.join(format!("test_raii_{suffix}"));
+    let out = Command::new("g++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-g"])
+        .args(extra)
+        .arg("-I")
+        .arg(root().join("include"))
+        .arg("-I")
+        .arg(root().join("bindings/cpp/include"))
+        .arg(root().join("bindings/cpp/tests/test_raii.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lkvstore")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .expect("run g++");
+    assert!(out.status.success(), "compiling test_raii.cpp failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let run = Command::new(&exe)
+        .env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
+        .output()
+        .expect("run test_raii");
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "test_raii ({suffix}) failed ({}):\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn raii_wrapper() {
+    assert!(build_and_run("plain", &["-O2"]).contains("raii wrapper: all checks passed"));
+}
+
+#[test]
+fn raii_wrapper_under_sanitizers() {
+    let out = build_and_run("asan", &["-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"]);
+    assert!(out.contains("raii wrapper: all checks passed"));
+}
