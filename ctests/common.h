@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 
 #define DEV_CPU 1
 #define DEV_GPU 2
@@ -103,5 +104,42 @@ static inline void update_add_scaled(NDArrayHandle recv, NDArrayHandle local, si
   free(r);
   free(l);
 }
+
+/* Bytes per element of a dtype. */
+static inline size_t dtype_size(int dt) {
+  switch (dt) {
+    case DT_F64: case DT_I64: return 8;
+    case DT_F32: case DT_I32: return 4;
+    case DT_F16: case DT_BF16: return 2;
+    default: return 1;
+  }
+}
+
+/* Small integers as float16: exact for |v| < 2048. */
+static inline uint16_t to_f16(double v) {
+  if (v == 0) return 0;
+  uint16_t sign = v < 0 ? 0x8000 : 0;
+  double a = v < 0 ? -v : v;
+  int e = 0;
+  while (a >= 2) { a /= 2; e++; }
+  while (a < 1) { a *= 2; e--; }
+  return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | (uint16_t)((a - 1) * 1024));
+}
+
+/* Writes v as one element of dtype dt (exact for the small values the tests use). */
+static inline void encode(int dt, double v, unsigned char *out) {
+  switch (dt) {
+    case DT_F32: { float f = (float)v; memcpy(out, &f, 4); break; }
+    case DT_F64: memcpy(out, &v, 8); break;
+    case DT_F16: { uint16_t h = to_f16(v); memcpy(out, &h, 2); break; }
+    case DT_BF16: { float f = (float)v; uint32_t b; memcpy(&b, &f, 4); uint16_t h = (uint16_t)(b >> 16); memcpy(out, &h, 2); break; }
+    case DT_U8: out[0] = (unsigned char)v; break;
+    case DT_I8: { int8_t i = (int8_t)v; memcpy(out, &i, 1); break; }
+    case DT_I32: { int32_t i = (int32_t)v; memcpy(out, &i, 4); break; }
+    case DT_I64: { int64_t i = (int64_t)v; memcpy(out, &i, 8); break; }
+    case DT_BOOL: out[0] = v != 0; break;
+  }
+}
+
 
 #endif

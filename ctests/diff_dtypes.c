@@ -9,40 +9,6 @@
 static const int DTYPES[] = {DT_F32, DT_F64, DT_F16, DT_U8, DT_I32, DT_I8, DT_I64, DT_BOOL, DT_BF16};
 static const char *DTYPE_NAMES[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64", "bool", "bfloat16"};
 
-static size_t dtype_size(int dt) {
-  switch (dt) {
-    case DT_F64: case DT_I64: return 8;
-    case DT_F32: case DT_I32: return 4;
-    case DT_F16: case DT_BF16: return 2;
-    default: return 1;
-  }
-}
-
-/* Small integers as float16: exact for |v| < 2048. */
-static uint16_t to_f16(double v) {
-  if (v == 0) return 0;
-  uint16_t sign = v < 0 ? 0x8000 : 0;
-  double a = v < 0 ? -v : v;
-  int e = 0;
-  while (a >= 2) { a /= 2; e++; }
-  while (a < 1) { a *= 2; e--; }
-  return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | (uint16_t)((a - 1) * 1024));
-}
-
-static void encode(int dt, double v, unsigned char *out) {
-  switch (dt) {
-    case DT_F32: { float f = (float)v; memcpy(out, &f, 4); break; }
-    case DT_F64: memcpy(out, &v, 8); break;
-    case DT_F16: { uint16_t h = to_f16(v); memcpy(out, &h, 2); break; }
-    case DT_BF16: { float f = (float)v; uint32_t b; memcpy(&b, &f, 4); uint16_t h = (uint16_t)(b >> 16); memcpy(out, &h, 2); break; }
-    case DT_U8: out[0] = (unsigned char)v; break;
-    case DT_I8: { int8_t i = (int8_t)v; memcpy(out, &i, 1); break; }
-    case DT_I32: { int32_t i = (int32_t)v; memcpy(out, &i, 4); break; }
-    case DT_I64: { int64_t i = (int64_t)v; memcpy(out, &i, 8); break; }
-    case DT_BOOL: out[0] = v != 0; break;
-  }
-}
-
 static NDArrayHandle make(int dt, int dev, const double *values) {
   uint32_t n = N;
   NDArrayHandle h;

@@ -8,25 +8,6 @@ static const int DTYPES[] = {DT_F32, DT_F64, DT_F16, DT_U8, DT_I32, DT_I8, DT_I6
 static const char *DTYPE_NAMES[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64"};
 #define NUM_DTYPES (int)(sizeof DTYPES / sizeof DTYPES[0])
 
-static size_t dtype_size(int dtype) {
-  switch (dtype) {
-    case DT_F64: case DT_I64: return 8;
-    case DT_F32: case DT_I32: return 4;
-    case DT_F16: case DT_BF16: return 2;
-    default: return 1;
-  }
-}
-
-/* IEEE half bits of a float that is exactly representable as a normal half (or zero). */
-static uint16_t half_bits(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  if ((x & 0x7fffffffu) == 0) return sign;
-  int exp = (int)((x >> 23) & 0xff) - 127 + 15;
-  return (uint16_t)(sign | (uint16_t)(exp << 10) | (uint16_t)((x >> 13) & 0x3ff));
-}
-
 /* An array of `dtype` with the given shape holding `values` (converted exactly). */
 static NDArrayHandle make(const uint32_t *shape, uint32_t ndim, int dtype, const double *values, int dev_id) {
   size_t n = 1;
@@ -34,19 +15,7 @@ static NDArrayHandle make(const uint32_t *shape, uint32_t ndim, int dtype, const
   NDArrayHandle h;
   CHECK(MXNDArrayCreateEx(shape, ndim, DEV_CPU, dev_id, 0, dtype, &h));
   unsigned char *bytes = malloc(n * 8);
-  for (size_t i = 0; i < n; i++) {
-    double v = values[i];
-    unsigned char *p = bytes + i * dtype_size(dtype);
-    switch (dtype) {
-      case DT_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
-      case DT_F64: memcpy(p, &v, 8); break;
-      case DT_F16: { uint16_t b = half_bits((float)v); memcpy(p, &b, 2); break; }
-      case DT_U8: *p = (unsigned char)(int)v; break;
-      case DT_I32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
-      case DT_I8: { int8_t x = (int8_t)v; memcpy(p, &x, 1); break; }
-      case DT_I64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
-    }
-  }
+  for (size_t i = 0; i < n; i++) encode(dtype, values[i], bytes + i * dtype_size(dtype));
   CHECK(MXNDArraySyncCopyFromCPU(h, bytes, n));
   free(bytes);
   return h;
