@@ -6,6 +6,7 @@ mod context;
 mod copy;
 mod dtype;
 mod row_sparse;
+mod shape;
 mod sparse;
 mod storage;
 
@@ -27,8 +28,7 @@ pub const MAX_SIZE: usize = i32::MAX as usize - 1;
 #[derive(Clone)]
 pub struct NDArray {
     chunk: Arc<Chunk>,
-    // Shared: views are cloned for every op that touches them.
-    shape: Arc<[usize]>,
+    shape: shape::Shape,
     dtype: DType,
     ctx: Context,
     stype: StorageType,
