@@ -16,25 +16,41 @@ pub(crate) struct PushGroup {
 /// Groups `(id, value)` pairs by id in ascending id order, keeping argument order within a
 /// group. Takes the items by value: cloning arrays costs refcount traffic with the workers.
 pub(crate) fn group<T>(ids: &[i32], items: Vec<T>) -> Vec<(i32, Vec<T>)> {
-    let mut pairs: Vec<(i32, usize, T)> = items.into_iter().enumerate().map(|(i, t)| (ids[i], i, t)).collect();
-    pairs.sort_unstable_by_key(|p| (p.0, p.1));
     let mut groups: Vec<(i32, Vec<T>)> = Vec::new();
-    for (id, _, item) in pairs {
-        match groups.last_mut() {
-            Some((last, items_of)) if *last == id => items_of.push(item),
-            _ => groups.push((id, vec![item])),
+    let mut add = |id: i32, item: T| match groups.last_mut() {
+        Some((last, items_of)) if *last == id => items_of.push(item),
+        _ => groups.push((id, vec![item])),
+    };
+    if ids.windows(2).all(|w| w[0] <= w[1]) {
+        // The usual call lists keys in order: no sort, no moves of the arrays.
+        for (&id, item) in ids.iter().zip(items) {
+            add(id, item);
+        }
+    } else {
+        // Sort positions, not the items themselves (arrays are several words each).
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&i| ids[i]); // stable: argument order within a key
+        let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+        for i in order {
+            add(ids[i], slots[i].take().expect("each position once"));
         }
     }
     groups
 }
 
 /// Fails unless `other` (a pushed value or an output) has the stored value's shape.
-fn check_shape(key: &str, stored: &NDArray, other: &NDArray, what: &str) -> Result<()> {
+/// `shown` is called only to word a failure: every value of every call passes here.
+fn check_shape(shown: &dyn Fn(i32) -> String, id: i32, stored: &NDArray, other: &NDArray, what: &str) -> Result<()> {
+    // Element by element rather than slice equality: shapes are a few words, and a libc
+    // memcmp call per value is measurable on calls with thousands of values.
+    let (a, b) = (stored.shape(), other.shape());
+    let same = a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y);
     crate::ensure!(
-        other.shape() == stored.shape(),
-        "shape mismatch for key {key}: the stored value has shape {}, the {what} {}",
-        shape_string(stored.shape()),
-        shape_string(other.shape())
+        same,
+        "shape mismatch for key {}: the stored value has shape {}, the {what} {}",
+        shown(id),
+        shape_string(a),
+        shape_string(b)
     );
     Ok(())
 }
@@ -64,7 +80,7 @@ pub(crate) fn plan_push(
                     shown(id)
                 ),
             }
-            check_shape(&shown(id), stored, v, "pushed value")?;
+            check_shape(shown, id, stored, v, "pushed value")?;
             v.check_row_sparse_parts()?;
             crate::ensure!(
                 v.dtype() == stored.dtype(),
@@ -137,7 +153,7 @@ pub(crate) fn plan_pull(
                 "pulling key {} into a csr output is not supported",
                 shown(id)
             );
-            check_shape(&shown(id), &stored, &out, "output")?;
+            check_shape(shown, id, &stored, &out, "output")?;
             copies.push((stored.clone(), out));
         }
     }
@@ -172,7 +188,7 @@ pub(crate) fn plan_row_sparse_pull(
             shown(id),
             stored.stype().name()
         );
-        check_shape(&shown(id), stored, out, "output")?;
+        check_shape(shown, id, stored, out, "output")?;
         plan.push((stored.clone(), out.clone(), rid.clone()));
     }
     Ok(plan)
