@@ -298,7 +298,7 @@ impl KVStore {
         let string_keys = state.keys.key_type() == Some(KeyType::Str);
         let compression = self.active_compression(state);
         let with_updater = updaters.active(string_keys);
-        let (mut sums, mut compressed, mut calls) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(plan.len()), Vec::new(), Vec::new());
         for g in plan {
             let entry = state.entries.get_mut(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             // Where the sum goes: the stored value, or (with an updater) the value handed to
@@ -323,17 +323,20 @@ impl KVStore {
                 (true, _, _) if sparse_sum => NDArray::empty_row_sparse(g.stored.shape(), STORE_CONTEXT, g.stored.dtype())?,
                 (true, _, _) => entry.merge_buffer()?,
             };
+            // Only an updater needs the sum's destination after the job (refcounts are shared
+            // with the workers: no clone without a use).
+            let recv = with_updater.then(|| dst.clone());
             match compression {
                 Some(gc) => {
                     let residuals = entry.residuals(g.values.len())?;
-                    compressed.push(CompressedSumJob { values: g.values, residuals, dst: dst.clone(), compression: gc });
+                    compressed.push(CompressedSumJob { values: g.values, residuals, dst, compression: gc });
                 }
-                None if !(with_updater && g.values.len() == 1) => sums.push(SumJob { values: g.values, dst: dst.clone() }),
+                None if !(with_updater && g.values.len() == 1) => sums.push(SumJob { values: g.values, dst }),
                 None => {}
             }
-            if with_updater {
+            if let Some(recv) = recv {
                 let key = updaters.key_for(g.id, state.keys.name(g.id).filter(|_| string_keys));
-                calls.push(UpdaterCall { key, recv: dst, local: g.stored, updaters: updaters.clone() });
+                calls.push(UpdaterCall { key, recv, local: g.stored, updaters: updaters.clone() });
             }
         }
         schedule_sums(self.sum_order(), sums, priority);
@@ -366,7 +369,7 @@ fn check_len(keys: &Keys, n: usize) -> Result<()> {
 
 /// The copies of a pull as one job per stored value (the plan lists a key's outputs together).
 fn copy_jobs(copies: Vec<(NDArray, NDArray)>) -> Vec<CopyJob> {
-    let mut jobs: Vec<CopyJob> = Vec::new();
+    let mut jobs: Vec<CopyJob> = Vec::with_capacity(copies.len());
     for (src, dst) in copies {
         match jobs.last_mut() {
             Some(job) if job.src.same_chunk(&src) => job.dsts.push(dst),

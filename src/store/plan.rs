@@ -137,7 +137,7 @@ pub(crate) fn plan_pull(
     outs: Vec<NDArray>,
     ignore_sparse: bool,
 ) -> Result<Vec<(NDArray, NDArray)>> {
-    let mut copies = Vec::new();
+    let mut copies = Vec::with_capacity(outs.len());
     for (id, outs_of) in group(ids, outs) {
         let outs_of: Vec<NDArray> = outs_of
             .into_iter()

@@ -57,7 +57,8 @@ pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
     for batch in batches(jobs, |j| j.dst.data_byte_len() * (j.values.len() + 1)) {
         // Shared with the op, not cloned: cloning views touches refcounts the workers use too.
         let batch = Arc::new(batch);
-        let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
+        let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
+        reads.extend(batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())));
         let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
         let work = {
             let batch = Arc::clone(&batch);
@@ -155,7 +156,8 @@ pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
     for batch in batches(jobs, |j| j.src.data_byte_len() * (j.dsts.len() + 1)) {
         let batch = Arc::new(batch);
         let reads: Vec<&Var> = batch.iter().map(|j| j.src.var()).collect();
-        let writes: Vec<&Var> = batch.iter().flat_map(|j| j.dsts.iter().map(|d| d.var())).collect();
+        let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
+        writes.extend(batch.iter().flat_map(|j| j.dsts.iter().map(|d| d.var())));
         let work = {
             let batch = Arc::clone(&batch);
             move || {
