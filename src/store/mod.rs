@@ -17,7 +17,7 @@ use crate::ndarray::{Context, NDArray, StorageType};
 use crate::reduce::SumOrder;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushGroup;
-use schedule::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, CopyJob, SumJob};
+use schedule::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, SumJob};
 use std::collections::HashMap;
 use std::ffi::CString;
 
@@ -161,7 +161,7 @@ impl KVStore {
         let entries = &state.entries;
         let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), &ids, &Self::shown(&state.keys), outs, ignore_sparse)?;
         state.keys.fix_type(&keys);
-        schedule_copies(copy_jobs(copies), priority);
+        schedule_copies(copies, priority);
         Ok(())
     }
 
@@ -196,7 +196,7 @@ impl KVStore {
             (self.schedule_push(&mut state, plan, priority)?, copies)
         };
         self.call_updaters(calls);
-        schedule_copies(copy_jobs(copies), priority);
+        schedule_copies(copies, priority);
         Ok(())
     }
 
@@ -234,7 +234,7 @@ impl KVStore {
             value.schedule_copy_to(&dst, priority);
             state.entries.insert(*id, Entry::new(dst));
         }
-        schedule_copies(copy_jobs(copies), priority);
+        schedule_copies(copies, priority);
         Ok(())
     }
 
@@ -365,18 +365,6 @@ struct UpdaterCall {
 fn check_len(keys: &Keys, n: usize) -> Result<()> {
     crate::ensure!(keys.len() == n, "{} keys but {} values", keys.len(), n);
     Ok(())
-}
-
-/// The copies of a pull as one job per stored value (the plan lists a key's outputs together).
-fn copy_jobs(copies: Vec<(NDArray, NDArray)>) -> Vec<CopyJob> {
-    let mut jobs: Vec<CopyJob> = Vec::with_capacity(copies.len());
-    for (src, dst) in copies {
-        match jobs.last_mut() {
-            Some(job) if job.src.same_chunk(&src) => job.dsts.push(dst),
-            _ => jobs.push(CopyJob { src, dsts: vec![dst] }),
-        }
-    }
-    jobs
 }
 
 #[cfg(test)]

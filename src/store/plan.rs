@@ -1,6 +1,7 @@
 //! Validation of a call before anything changes: every check runs first and yields a plan, so
 //! a bad input fails with the store exactly as it was.
 
+use super::schedule::CopyJob;
 use super::Entry;
 use crate::error::Result;
 use crate::ndarray::{shape_string, NDArray, StorageType};
@@ -136,28 +137,26 @@ pub(crate) fn plan_pull(
     shown: &dyn Fn(i32) -> String,
     outs: Vec<NDArray>,
     ignore_sparse: bool,
-) -> Result<Vec<(NDArray, NDArray)>> {
-    let mut copies = Vec::with_capacity(outs.len());
-    for (id, outs_of) in group(ids, outs) {
-        let outs_of: Vec<NDArray> = outs_of
-            .into_iter()
-            .filter(|o| o.stype() == StorageType::Default || !ignore_sparse)
-            .collect();
+) -> Result<Vec<CopyJob>> {
+    let mut jobs = Vec::new();
+    for (id, mut outs_of) in group(ids, outs) {
+        outs_of.retain(|o| o.stype() == StorageType::Default || !ignore_sparse);
         if outs_of.is_empty() {
             continue;
         }
         let stored = lookup(id).ok_or_else(|| not_inited(&shown(id)))?;
-        for out in outs_of {
+        for out in &outs_of {
             crate::ensure!(
                 out.stype() != StorageType::Csr,
                 "pulling key {} into a csr output is not supported",
                 shown(id)
             );
-            check_shape(shown, id, &stored, &out, "output")?;
-            copies.push((stored.clone(), out));
+            check_shape(shown, id, &stored, out, "output")?;
         }
+        // One job per key: the stored value is read once for all of its outputs.
+        jobs.push(CopyJob { src: stored, dsts: outs_of });
     }
-    Ok(copies)
+    Ok(jobs)
 }
 
 /// Checks a row_sparse pull and returns the `(stored, output, row ids)` to schedule, with
