@@ -1,6 +1,8 @@
 //! The C++17 RAII wrapper of `bindings/cpp`: its test program is compiled with warnings as
-//! errors and run against libkvstore.so, plainly and under AddressSanitizer + UBSan (a
-//! handle freed twice, or never, fails there).
+//! errors and run against libkvstore.so, plainly and under AddressSanitizer + UBSan (memory
+//! errors in the wrapper itself, e.g. the updater's heap state). Handle ownership (freed
+//! once, never twice, never leaked) is not visible to ASan, since libkvstore's handles are
+//! registry ids; test_raii.cpp checks it through the registry instead.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,17 +11,24 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// target/<profile>, with libkvstore.so freshly built (as tests/c_programs.rs does).
+/// target/<profile>, with libkvstore.so freshly built once per test process (as
+/// tests/c_programs.rs does: `cargo test` refreshes the rlib, not the cdylib).
 fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
-    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    build.args(["build", "--lib", "--quiet"]).current_dir(root());
-    if dir.ends_with("release") {
-        build.arg("--release");
-    }
-    assert!(build.status().expect("run cargo build").success(), "cargo build of libkvstore.so failed");
-    dir
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test executable path");
+            let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
+            let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+            build.args(["build", "--lib", "--quiet"]).current_dir(root());
+            if dir.ends_with("release") {
+                build.arg("--release");
+            }
+            assert!(build.status().expect("run cargo build").success(), "cargo build of libkvstore.so failed");
+            assert!(dir.join("libkvstore.so").exists(), "{} has no libkvstore.so", dir.display());
+            dir
+        })
+        .clone()
 }
 
 fn build_and_run(suffix: &str, extra: &[&str]) -> String {
@@ -41,7 +50,12 @@ fn build_and_run(suffix: &str, extra: &[&str]) -> String {
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .output()
         .expect("run g++");
-    assert!(out.status.success(), "compiling test_raii.cpp failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    // No skip when the sanitizer runtimes are missing: the compile/link failure fails the test.
+    assert!(
+        out.status.success(),
+        "compiling test_raii.cpp ({suffix}, {extra:?}) failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new(&exe)
         .env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
@@ -54,6 +68,7 @@ fn build_and_run(suffix: &str, extra: &[&str]) -> String {
         run.status,
         String::from_utf8_lossy(&run.stderr)
     );
+    println!("test_raii ({suffix}):\n{stdout}");
     stdout
 }
 

@@ -202,33 +202,50 @@ class KVStore {
 
   /// Pushes several values for one key: they are summed.
   void push(int key, std::initializer_list<std::reference_wrapper<const NDArray>> values, int priority = 0) {
-    auto [keys, handles] = repeat(key, values);
-    check(MXKVStorePush(handle_, count(handles), keys.data(), handles.data(), priority));
+    push_handles(key, handles_of(values), priority);
   }
   void push(const std::string& key, std::initializer_list<std::reference_wrapper<const NDArray>> values,
             int priority = 0) {
-    auto [keys, handles] = repeat(key.c_str(), values);
-    check(MXKVStorePushEx(handle_, count(handles), keys.data(), handles.data(), priority));
+    push_handles(key, handles_of(values), priority);
+  }
+  void push(int key, const std::vector<const NDArray*>& values, int priority = 0) {
+    push_handles(key, handles_of(values), priority);
+  }
+  void push(const std::string& key, const std::vector<const NDArray*>& values, int priority = 0) {
+    push_handles(key, handles_of(values), priority);
   }
 
   /// Pulls one key's value into every output.
   void pull(int key, std::initializer_list<std::reference_wrapper<NDArray>> outs, int priority = 0) {
-    auto [keys, handles] = repeat(key, outs);
-    check(MXKVStorePull(handle_, count(handles), keys.data(), handles.data(), priority));
+    pull_handles(key, handles_of(outs), priority);
   }
   void pull(const std::string& key, std::initializer_list<std::reference_wrapper<NDArray>> outs,
             int priority = 0) {
-    auto [keys, handles] = repeat(key.c_str(), outs);
-    check(MXKVStorePullEx(handle_, count(handles), keys.data(), handles.data(), priority));
+    pull_handles(key, handles_of(outs), priority);
+  }
+  void pull(int key, const std::vector<NDArray*>& outs, int priority = 0) {
+    pull_handles(key, handles_of(outs), priority);
+  }
+  void pull(const std::string& key, const std::vector<NDArray*>& outs, int priority = 0) {
+    pull_handles(key, handles_of(outs), priority);
   }
 
-  /// Push then pull in one call; `outs` receive the (updated) value.
+  /// Push then pull in one call; `outs` receive the (updated) value and may be `values`.
   void pushpull(int key, std::initializer_list<std::reference_wrapper<const NDArray>> values,
                 std::initializer_list<std::reference_wrapper<NDArray>> outs, int priority = 0) {
-    auto [vkeys, vhandles] = repeat(key, values);
-    auto [okeys, ohandles] = repeat(key, outs);
-    check(MXKVStorePushPull(handle_, count(vhandles), vkeys.data(), count(ohandles), okeys.data(),
-                            vhandles.data(), ohandles.data(), priority));
+    pushpull_handles(key, handles_of(values), handles_of(outs), priority);
+  }
+  void pushpull(const std::string& key, std::initializer_list<std::reference_wrapper<const NDArray>> values,
+                std::initializer_list<std::reference_wrapper<NDArray>> outs, int priority = 0) {
+    pushpull_handles(key, handles_of(values), handles_of(outs), priority);
+  }
+  void pushpull(int key, const std::vector<const NDArray*>& values, const std::vector<NDArray*>& outs,
+                int priority = 0) {
+    pushpull_handles(key, handles_of(values), handles_of(outs), priority);
+  }
+  void pushpull(const std::string& key, const std::vector<const NDArray*>& values,
+                const std::vector<NDArray*>& outs, int priority = 0) {
+    pushpull_handles(key, handles_of(values), handles_of(outs), priority);
   }
 
   /// Installs `update` (or, with an empty function, goes back to assigning the pushed sum).
@@ -261,12 +278,45 @@ class KVStore {
     }
   }
 
-  template <typename Key, typename Array>
-  static std::pair<std::vector<Key>, std::vector<NDArrayHandle>> repeat(
-      Key key, std::initializer_list<std::reference_wrapper<Array>> arrays) {
-    std::vector<NDArrayHandle> handles;
-    for (const auto& a : arrays) handles.push_back(a.get().handle());
-    return {std::vector<Key>(handles.size(), key), std::move(handles)};
+  using Handles = std::vector<NDArrayHandle>;
+  static NDArrayHandle handle_of(const NDArray& a) { return a.handle(); }
+  static NDArrayHandle handle_of(const NDArray* a) {
+    if (!a) throw Error("null NDArray pointer");
+    return a->handle();
+  }
+  template <typename Range> static Handles handles_of(const Range& arrays) {
+    Handles handles;
+    for (const auto& a : arrays) handles.push_back(handle_of(unwrap(a)));
+    return handles;
+  }
+  template <typename A> static const A& unwrap(const A& a) { return a; }
+  template <typename A> static const A& unwrap(const std::reference_wrapper<A>& a) { return a.get(); }
+
+  void push_handles(int key, Handles h, int priority) {
+    std::vector<int> keys(h.size(), key);
+    check(MXKVStorePush(handle_, count(h), keys.data(), h.data(), priority));
+  }
+  void push_handles(const std::string& key, Handles h, int priority) {
+    std::vector<const char*> keys(h.size(), key.c_str());
+    check(MXKVStorePushEx(handle_, count(h), keys.data(), h.data(), priority));
+  }
+  void pull_handles(int key, Handles h, int priority) {
+    std::vector<int> keys(h.size(), key);
+    check(MXKVStorePull(handle_, count(h), keys.data(), h.data(), priority));
+  }
+  void pull_handles(const std::string& key, Handles h, int priority) {
+    std::vector<const char*> keys(h.size(), key.c_str());
+    check(MXKVStorePullEx(handle_, count(h), keys.data(), h.data(), priority));
+  }
+  void pushpull_handles(int key, Handles v, Handles o, int priority) {
+    std::vector<int> vkeys(v.size(), key), okeys(o.size(), key);
+    check(MXKVStorePushPull(handle_, count(v), vkeys.data(), count(o), okeys.data(), v.data(), o.data(),
+                            priority));
+  }
+  void pushpull_handles(const std::string& key, Handles v, Handles o, int priority) {
+    std::vector<const char*> vkeys(v.size(), key.c_str()), okeys(o.size(), key.c_str());
+    check(MXKVStorePushPullEx(handle_, count(v), vkeys.data(), count(o), okeys.data(), v.data(), o.data(),
+                              priority));
   }
   static std::uint32_t count(const std::vector<NDArrayHandle>& v) { return static_cast<std::uint32_t>(v.size()); }
 
