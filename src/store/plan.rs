@@ -33,7 +33,10 @@ pub(crate) fn group<T>(ids: &[i32], items: Vec<T>) -> Vec<(i32, Vec<T>)> {
         order.sort_by_key(|&i| ids[i]); // stable: argument order within a key
         let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
         for i in order {
-            add(ids[i], slots[i].take().expect("each position once"));
+            // `order` is a permutation: every slot is still full when its turn comes.
+            if let Some(item) = slots[i].take() {
+                add(ids[i], item);
+            }
         }
     }
     groups
