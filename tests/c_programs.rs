@@ -5,32 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The directory holding libkvstore.so for this test run's profile (target/<profile>). The
-/// library is built first: `cargo test` builds the rlib for Rust tests but does not refresh
-/// the cdylib the C programs link.
-fn lib_dir() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("test executable path");
-            let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut build = Command::new(cargo);
-            build.args(["build", "--lib", "--quiet"]).current_dir(root());
-            if dir.ends_with("release") {
-                build.arg("--release");
-            }
-            let status = build.status().expect("run cargo build");
-            assert!(status.success(), "cargo build of libkvstore.so failed");
-            assert!(dir.join("libkvstore.so").exists(), "{} has no libkvstore.so", dir.display());
-            dir
-        })
-        .clone()
-}
+mod common;
+use common::{lib_dir, root};
 
 fn reference_library() -> Option<PathBuf> {
     match std::env::var_os("MXNET_LIBRARY").map(PathBuf::from).filter(|p| p.exists()) {

@@ -4,32 +4,10 @@
 //! once, never twice, never leaked) is not visible to ASan, since libkvstore's handles are
 //! registry ids; test_raii.cpp checks it through the registry instead.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// target/<profile>, with libkvstore.so freshly built once per test process (as
-/// tests/c_programs.rs does: `cargo test` refreshes the rlib, not the cdylib).
-fn lib_dir() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("test executable path");
-            let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
-            let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-            build.args(["build", "--lib", "--quiet"]).current_dir(root());
-            if dir.ends_with("release") {
-                build.arg("--release");
-            }
-            assert!(build.status().expect("run cargo build").success(), "cargo build of libkvstore.so failed");
-            assert!(dir.join("libkvstore.so").exists(), "{} has no libkvstore.so", dir.display());
-            dir
-        })
-        .clone()
-}
+mod common;
+use common::{lib_dir, root};
 
 fn build_and_run(suffix: &str, extra: &[&str]) -> String {
     let lib = lib_dir();
