@@ -47,6 +47,81 @@ fn stream_body(dst: &mut [u8], src: &[u8]) {
     unsafe { _mm_sfence() };
 }
 
+/// `dst = Σ srcs` for 2 to 4 float32 sources in `order`'s association, written with streaming
+/// stores straight from registers: the big sums of the float32 keys that dominate training,
+/// which otherwise sum into a cached block and copy it out (a second pass, ~25% slower than
+/// the memory system allows, measured against a raw SSE kernel in C). Returns false, doing
+/// nothing, for other source counts. Bit-identical to `sum_serial`: same association.
+pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]]) -> bool {
+    if !(2..=4).contains(&srcs.len()) || srcs.iter().any(|s| s.len() < dst.len()) {
+        return false;
+    }
+    let n = dst.len();
+    let combine = |a: f32, b: f32, c: Option<f32>, d: Option<f32>| -> f32 {
+        match (order, c, d) {
+            (_, None, _) => a + b,
+            (super::SumOrder::CpuComm, Some(c), None) => a + (b + c),
+            (super::SumOrder::CpuComm, Some(c), Some(d)) => a + ((b + c) + d),
+            (super::SumOrder::Serial, Some(c), None) => (a + b) + c,
+            (super::SumOrder::Serial, Some(c), Some(d)) => ((a + b) + c) + d,
+        }
+    };
+    let at = |k: usize, i: usize| srcs.get(k).map(|s| s[i]);
+    let scalar = |dst: &mut [f32], range: std::ops::Range<usize>| {
+        for i in range {
+            dst[i] = combine(srcs[0][i], srcs[1][i], at(2, i), at(3, i));
+        }
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let head = dst.as_ptr().align_offset(16).min(n);
+        let body_end = head + (n - head) / 4 * 4;
+        scalar(dst, 0..head);
+        stream_sum_body(order, &mut dst[head..body_end], srcs, head);
+        scalar(dst, body_end..n);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    scalar(dst, 0..n);
+    true
+}
+
+#[cfg(target_arch = "x86_64")]
+fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
+    use std::arch::x86_64::{_mm_add_ps, _mm_loadu_ps, _mm_sfence, _mm_stream_ps};
+    debug_assert!(dst.len() % 4 == 0 && dst.as_ptr() as usize % 16 == 0);
+    let k = srcs.len();
+    let src: Vec<&[f32]> = srcs.iter().map(|s| &s[offset..offset + dst.len()]).collect();
+    let cpu_comm = order == super::SumOrder::CpuComm;
+    for (j, out) in dst.chunks_exact_mut(4).enumerate() {
+        let i = j * 4;
+        // SAFETY: SSE is part of x86_64. Every source holds at least `dst.len()` elements from
+        // `offset` (checked by the caller), so the 4 floats at `i` are in bounds for each; the
+        // loads are unaligned ones; `out` is 16-byte aligned (the caller aligned the start and
+        // chunks are 16 bytes), as `_mm_stream_ps` requires.
+        unsafe {
+            let a = _mm_loadu_ps(src[0].as_ptr().add(i));
+            let b = _mm_loadu_ps(src[1].as_ptr().add(i));
+            let r = match (k, cpu_comm) {
+                (2, _) => _mm_add_ps(a, b),
+                (3, true) => _mm_add_ps(a, _mm_add_ps(b, _mm_loadu_ps(src[2].as_ptr().add(i)))),
+                (3, false) => _mm_add_ps(_mm_add_ps(a, b), _mm_loadu_ps(src[2].as_ptr().add(i))),
+                (_, true) => {
+                    let (c, d) = (_mm_loadu_ps(src[2].as_ptr().add(i)), _mm_loadu_ps(src[3].as_ptr().add(i)));
+                    _mm_add_ps(a, _mm_add_ps(_mm_add_ps(b, c), d))
+                }
+                (_, false) => {
+                    let (c, d) = (_mm_loadu_ps(src[2].as_ptr().add(i)), _mm_loadu_ps(src[3].as_ptr().add(i)));
+                    _mm_add_ps(_mm_add_ps(_mm_add_ps(a, b), c), d)
+                }
+            };
+            _mm_stream_ps(out.as_mut_ptr(), r);
+        }
+    }
+    // SAFETY: a store fence has no preconditions; it orders the streaming stores before any
+    // later store, so a reader synchronising with this thread sees the data.
+    unsafe { _mm_sfence() };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +137,30 @@ mod tests {
                 assert!(buf[..offset].iter().chain(&buf[offset + len..]).all(|&b| b == 0));
             }
         }
+    }
+
+    #[test]
+    fn streamed_f32_sums_match_the_serial_kernel_bit_for_bit() {
+        use crate::reduce::SumOrder;
+        // Values whose sums round differently by association.
+        let make = |seed: u32| -> Vec<f32> { (0..1037u32).map(|i| ((i * 2654435761u32 ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
+        let srcs: Vec<Vec<f32>> = (0..4).map(make).collect();
+        for order in [SumOrder::CpuComm, SumOrder::Serial] {
+            for k in 2..=4 {
+                let views: Vec<&[f32]> = srcs[..k].iter().map(|v| &v[..]).collect();
+                for offset in 0..4 {
+                    let mut want = vec![0f32; 1037 - offset];
+                    let mut bytes: Vec<&[u8]> = views.iter().map(|v| bytemuck::cast_slice(&v[..1037 - offset])).collect();
+                    bytes.truncate(k);
+                    let mut buf = vec![0f32; 1040];
+                    let dst = &mut buf[offset..1037];
+                    crate::reduce::sum_into(crate::ndarray::DType::Float32, order, bytemuck::cast_slice_mut(&mut want), &bytes);
+                    assert!(stream_sum_f32(order, dst, &views));
+                    assert!(dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{order:?} k={k} offset={offset}");
+                }
+            }
+        }
+        let mut dst = [0f32; 4];
+        assert!(!stream_sum_f32(SumOrder::Serial, &mut dst, &[&[1.0; 4]]));
     }
 }
