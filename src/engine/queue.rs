@@ -49,6 +49,11 @@ impl ReadyQueue {
         self.available.notify_one();
     }
 
+    /// Ops waiting for a worker.
+    pub(crate) fn len(&self) -> usize {
+        self.heap.lock().0.len()
+    }
+
     pub(crate) fn pop(&self) -> Arc<Op> {
         let mut q = self.heap.lock();
         loop {

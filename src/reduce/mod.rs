@@ -30,7 +30,7 @@ pub fn copy_cast(src_dtype: DType, src: &[u8], dst_dtype: DType, dst: &mut [u8])
 /// big copies are split over threads.
 pub fn copy_cast_many(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
     let n = src.len() / src_dtype.size();
-    let threads = ReduceConfig::get().threads_for(n);
+    let threads = parallel::threads_now(n);
     if threads <= 1 {
         copy_blocks(src_dtype, src, outs);
         return;

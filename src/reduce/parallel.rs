@@ -40,11 +40,22 @@ impl ReduceConfig {
     }
 }
 
+/// Threads for `len` elements now: up to the configured ones, but only as many as the engine
+/// has idle. The calling op counts itself among the running ones, so a lone big op gets the
+/// idle workers' cores, and ops that run side by side do not oversubscribe the machine.
+pub(crate) fn threads_now(len: usize) -> usize {
+    let configured = ReduceConfig::get().threads_for(len);
+    if configured <= 1 {
+        return 1;
+    }
+    configured.min(1 + crate::engine::engine().spare_threads())
+}
+
 /// Runs `f(offset, part)` on contiguous parts of `dst`, in parallel when `dst` is big. Part
 /// boundaries are multiples of 4096 elements so each part stays cache-line aligned.
 pub(crate) fn for_parts<T: Send>(dst: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
     let n = dst.len();
-    let threads = ReduceConfig::get().threads_for(n);
+    let threads = threads_now(n);
     if threads <= 1 || n < 2 * 4096 {
         f(0, dst);
         return;
