@@ -17,15 +17,6 @@ pub enum SumOrder {
 
 /// `dst = Σ srcs` in `dtype`, every slice the same length in bytes. `srcs` must not be empty.
 pub fn sum_into(dtype: DType, order: SumOrder, dst: &mut [u8], srcs: &[&[u8]]) {
-    if dtype == DType::Float32 && dst.len() >= STREAM_SUM_MIN_BYTES && (2..=4).contains(&srcs.len()) {
-        let srcs: Vec<&[f32]> = srcs.iter().map(|s| typed::<f32>(s)).collect();
-        for_parts(typed_mut::<f32>(dst), |offset, part| {
-            let end = offset + part.len();
-            let parts: Vec<&[f32]> = srcs.iter().map(|s| &s[offset..end]).collect();
-            super::stream::stream_sum_f32(order, part, &parts);
-        });
-        return;
-    }
     crate::with_element_type!(dtype, T => {
         let srcs: Vec<&[T]> = srcs.iter().map(|s| typed::<T>(s)).collect();
         sum_typed::<T>(order, typed_mut::<T>(dst), &srcs)
@@ -50,6 +41,13 @@ fn sum_typed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
 }
 
 fn sum_streamed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
+    // float32, the type of nearly every big key, has a one-pass kernel for 2-4 sources.
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        let srcs32: Vec<&[f32]> = srcs.iter().map(|s| bytemuck::cast_slice::<T, f32>(s)).collect();
+        if super::stream::stream_sum_f32(order, bytemuck::cast_slice_mut::<T, f32>(dst), &srcs32) {
+            return;
+        }
+    }
     const BLOCK: usize = 4096;
     let mut block = vec![T::default(); BLOCK.min(dst.len())];
     let mut parts: Vec<&[T]> = Vec::with_capacity(srcs.len());
