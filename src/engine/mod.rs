@@ -22,7 +22,49 @@ pub struct Var {
 #[derive(Default)]
 struct VarState {
     last_write: Option<Arc<Completion>>,
-    reads_since_write: Vec<Arc<Completion>>,
+    reads_since_write: Readers,
+}
+
+/// The unfinished reads of a variable since its last write. Nearly always one op (the batch
+/// that last read it), kept inline: registration touches thousands of variables per call,
+/// and a separate heap block per variable would cost a cache miss each.
+#[derive(Default)]
+struct Readers {
+    first: Option<Arc<Completion>>,
+    more: Vec<Arc<Completion>>,
+}
+
+impl Readers {
+    /// Drops the finished reads.
+    fn prune(&mut self) {
+        if self.first.as_ref().is_some_and(|c| c.is_done()) {
+            self.first = None;
+        }
+        if !self.more.is_empty() {
+            self.more.retain(|c| !c.is_done());
+        }
+        if self.first.is_none() {
+            self.first = self.more.pop();
+        }
+    }
+
+    /// Whether `op` is the read added last (the variable is listed twice).
+    fn ends_with(&self, op: &Arc<Completion>) -> bool {
+        self.more.last().or(self.first.as_ref()).is_some_and(|c| Arc::ptr_eq(c, op))
+    }
+
+    /// Adds `op`'s read.
+    fn add(&mut self, op: &Arc<Completion>) {
+        match self.first {
+            None => self.first = Some(Arc::clone(op)),
+            Some(_) => self.more.push(Arc::clone(op)),
+        }
+    }
+
+    /// Takes every read, leaving none.
+    fn take_all(&mut self) -> impl Iterator<Item = Arc<Completion>> {
+        self.first.take().into_iter().chain(std::mem::take(&mut self.more))
+    }
 }
 
 impl Var {
@@ -93,39 +135,37 @@ pub fn engine() -> &'static Engine {
     &ENGINE
 }
 
-/// The distinct vars, sorted by address (batched ops may name thousands).
-fn dedup_vars<'a>(vars: &[&'a Var]) -> Vec<&'a Var> {
-    let mut out = vars.to_vec();
-    out.sort_unstable_by_key(|v| *v as *const Var as usize);
-    out.dedup_by(|a, b| std::ptr::eq(*a, *b));
-    out
-}
-
 impl Engine {
-    /// Registers an op reading `reads` and writing `writes`; returns its completion and the
-    /// completions it must wait for.
+    /// Registers an op reading `reads` and writing `writes` (either may list a variable more
+    /// than once, or in both); returns its completion and the completions it must wait for.
     fn register(&self, reads: &[&Var], writes: &[&Var]) -> (Arc<Completion>, Vec<Arc<Completion>>) {
         let completion = Arc::new(Completion::new());
-        let writes = dedup_vars(writes);
-        let is_written = |r: &&Var| writes.binary_search_by_key(&(*r as *const Var as usize), |w| *w as *const Var as usize).is_ok();
-        let reads: Vec<&Var> = dedup_vars(reads).into_iter().filter(|r| !is_written(r)).collect();
         let mut deps = Vec::new();
+        let is_mine = |c: &Option<Arc<Completion>>| c.as_ref().is_some_and(|c| Arc::ptr_eq(c, &completion));
         let _guard = self.schedule_lock.lock();
+        // Writes first: a variable this op also reads, or lists twice, then shows this op as
+        // its last writer, which the checks below recognise.
+        for var in writes {
+            let mut s = var.state.lock();
+            if is_mine(&s.last_write) {
+                continue;
+            }
+            deps.extend(s.last_write.take().filter(|w| !w.is_done()));
+            deps.extend(s.reads_since_write.take_all().filter(|r| !r.is_done()));
+            s.last_write = Some(Arc::clone(&completion));
+        }
         for var in reads {
             let mut s = var.state.lock();
+            if is_mine(&s.last_write) || s.reads_since_write.ends_with(&completion) {
+                continue;
+            }
             if let Some(w) = &s.last_write {
                 if !w.is_done() {
                     deps.push(Arc::clone(w));
                 }
             }
-            s.reads_since_write.retain(|c| !c.is_done());
-            s.reads_since_write.push(Arc::clone(&completion));
-        }
-        for var in writes {
-            let mut s = var.state.lock();
-            deps.extend(s.last_write.take().filter(|w| !w.is_done()));
-            deps.extend(s.reads_since_write.drain(..).filter(|r| !r.is_done()));
-            s.last_write = Some(Arc::clone(&completion));
+            s.reads_since_write.prune();
+            s.reads_since_write.add(&completion);
         }
         (completion, deps)
     }
@@ -288,6 +328,29 @@ mod tests {
         }));
         let read = engine().run_sync(&[&var], &[], || value.load(Ordering::SeqCst));
         assert_eq!(read, 7);
+    }
+
+    #[test]
+    fn vars_listed_twice_are_ordered_like_vars_listed_once() {
+        let (a, b) = (Var::new(), Var::new());
+        let value = Arc::new(AtomicU64::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        for round in 1..=30u64 {
+            let v = Arc::clone(&value);
+            engine().push(&[&b, &b], &[&a, &a], 0, Box::new(move || {
+                std::thread::yield_now();
+                v.store(round, Ordering::SeqCst)
+            }));
+            let (v, s) = (Arc::clone(&value), Arc::clone(&seen));
+            engine().push(&[&a, &b, &a], &[], 0, Box::new(move || {
+                std::thread::yield_now();
+                s.lock().push((round, v.load(Ordering::SeqCst)))
+            }));
+        }
+        engine().wait_to_write(&a);
+        let seen = seen.lock();
+        assert_eq!(seen.len(), 30);
+        assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
     }
 
     #[test]

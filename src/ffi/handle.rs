@@ -11,12 +11,12 @@ use parking_lot::RwLock;
 use std::os::raw::c_void;
 use std::sync::Arc;
 
-/// What an NDArray handle holds: an array, or nothing (`MXNDArrayCreateNone`).
-pub(crate) type ArraySlot = Arc<RwLock<Option<NDArray>>>;
-
+/// What a handle holds. An NDArray handle holds its array inline (or nothing, for
+/// `MXNDArrayCreateNone`): calls pass thousands of arrays, and reading them from consecutive
+/// slots, with no lock or pointer per array, is what keeps a call's cost per array low.
 #[derive(Clone)]
 enum Object {
-    NDArray(ArraySlot),
+    NDArray(Option<NDArray>),
     KVStore(Arc<KVStore>),
 }
 
@@ -42,6 +42,13 @@ impl Registry {
         let index = ((h >> 4) & INDEX_MASK).checked_sub(1)?;
         let slot = self.slots.get(index)?;
         (h & 0xF == 0 && slot.generation == h >> GEN_SHIFT).then_some(slot.object.as_ref()?)
+    }
+
+    fn get_mut(&mut self, handle: *mut c_void) -> Option<&mut Object> {
+        let h = handle as usize;
+        let index = ((h >> 4) & INDEX_MASK).checked_sub(1)?;
+        let slot = self.slots.get_mut(index)?;
+        (h & 0xF == 0 && slot.generation == h >> GEN_SHIFT).then_some(slot.object.as_mut()?)
     }
 
     fn insert(&mut self, object: Object) -> *mut c_void {
@@ -91,7 +98,7 @@ pub(crate) fn ndarrays(handles: &[*mut c_void], arg: &str) -> Result<Vec<NDArray
     let mut arrays = Vec::with_capacity(handles.len());
     for (i, h) in handles.iter().enumerate() {
         let array = match registry.get(*h) {
-            Some(Object::NDArray(slot)) => slot.read().clone(),
+            Some(Object::NDArray(array)) => array.clone(),
             _ => None,
         };
         match array {
@@ -111,7 +118,7 @@ pub(crate) fn ndarrays(handles: &[*mut c_void], arg: &str) -> Result<Vec<NDArray
 
 /// A new NDArray handle for `array` (`None`: an empty array).
 pub(crate) fn new_ndarray(array: Option<NDArray>) -> *mut c_void {
-    REGISTRY.write().insert(Object::NDArray(Arc::new(RwLock::new(array))))
+    REGISTRY.write().insert(Object::NDArray(array))
 }
 
 /// A new KVStore handle.
@@ -119,19 +126,29 @@ pub(crate) fn new_kvstore(store: KVStore) -> *mut c_void {
     REGISTRY.write().insert(Object::KVStore(Arc::new(store)))
 }
 
-/// The slot behind an NDArray handle.
-pub(crate) fn ndarray_slot(handle: *mut c_void, arg: &str) -> Result<ArraySlot> {
+/// The array behind an NDArray handle, or `None` for an empty array.
+pub(crate) fn ndarray_or_empty(handle: *mut c_void, arg: &str) -> Result<Option<NDArray>> {
     match lookup(handle, arg, "NDArrayHandle")? {
-        Object::NDArray(slot) => Ok(slot),
+        Object::NDArray(array) => Ok(array),
         Object::KVStore(_) => crate::bail!("{arg} ({handle:p}) is a KVStoreHandle, not an NDArrayHandle"),
     }
 }
 
 /// The array behind an NDArray handle; an empty array is refused.
 pub(crate) fn ndarray(handle: *mut c_void, arg: &str) -> Result<NDArray> {
-    let slot = ndarray_slot(handle, arg)?;
-    let array = slot.read().clone();
+    let array = ndarray_or_empty(handle, arg)?;
     array.ok_or_else(|| crate::Error::new(format!("{arg} ({handle:p}) is an empty array (made by MXNDArrayCreateNone)")))
+}
+
+/// Gives `array` to each handle that holds an empty array (an op's outputs made by
+/// `MXNDArrayCreateNone`); handles holding an array keep it. The handles were checked live.
+pub(crate) fn fill_empty(handles: &[*mut c_void], arrays: &[NDArray]) {
+    let mut registry = REGISTRY.write();
+    for (h, array) in handles.iter().zip(arrays) {
+        if let Some(Object::NDArray(slot @ None)) = registry.get_mut(*h) {
+            *slot = Some(array.clone());
+        }
+    }
 }
 
 /// The store behind a KVStore handle.

@@ -133,9 +133,7 @@ pub extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mut c_voi
 
 /// Runs `f` on the array unless the handle holds an empty array.
 fn unless_empty(handle: NDArrayHandle, f: impl FnOnce(&NDArray)) -> Result<()> {
-    let slot = handle::ndarray_slot(handle, "handle")?;
-    let array = slot.read().clone();
-    if let Some(a) = array {
+    if let Some(a) = handle::ndarray_or_empty(handle, "handle")? {
         f(&a);
     }
     Ok(())
@@ -170,9 +168,7 @@ pub extern "C" fn MXNDArrayWaitAll() -> c_int {
 
 /// The array's shape, or none (`None`) for an empty array.
 fn shape_of(handle: NDArrayHandle) -> Result<Option<Vec<usize>>> {
-    let slot = handle::ndarray_slot(handle, "handle")?;
-    let shape = slot.read().as_ref().map(|a| a.shape().to_vec());
-    Ok(shape)
+    Ok(handle::ndarray_or_empty(handle, "handle")?.map(|a| a.shape().to_vec()))
 }
 
 /// The shape (deprecated form). An empty array has 0 dimensions.
@@ -219,9 +215,7 @@ pub extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mut c_int
 
 /// Reads one property of the array behind `handle`, or `empty` for an empty array.
 fn property<T>(handle: NDArrayHandle, empty: T, f: impl FnOnce(&NDArray) -> T) -> Result<T> {
-    let slot = handle::ndarray_slot(handle, "handle")?;
-    let value = slot.read().as_ref().map(f).unwrap_or(empty);
-    Ok(value)
+    Ok(handle::ndarray_or_empty(handle, "handle")?.as_ref().map(f).unwrap_or(empty))
 }
 
 /// The dtype code; -1 for an empty array.

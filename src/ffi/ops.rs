@@ -185,20 +185,14 @@ fn invoke(
         results.iter().map(|a| handle::new_ndarray(Some(a.clone()))).collect()
     } else {
         let given = args::slice(given_ptr as *const NDArrayHandle, count(given_count, "*num_outputs")?, "*outputs")?;
-        let slots = given
+        let arrays = given
             .iter()
             .enumerate()
-            .map(|(i, h)| handle::ndarray_slot(*h, &format!("outputs[{i}]")))
+            .map(|(i, h)| handle::ndarray_or_empty(*h, &format!("outputs[{i}]")))
             .collect::<Result<Vec<_>>>()?;
-        let arrays: Vec<Option<NDArray>> = slots.iter().map(|s| s.read().clone()).collect();
         results = ops::invoke(op, &input_arrays, &keys, &vals, Some(&arrays))?;
         // Empty arrays (MXNDArrayCreateNone) given as outputs now hold the results.
-        for (slot, array) in slots.iter().zip(&results) {
-            let mut slot = slot.write();
-            if slot.is_none() {
-                *slot = Some(array.clone());
-            }
-        }
+        handle::fill_empty(given, &results);
         given.to_vec()
     };
     let stypes: Vec<c_int> = results.iter().map(|a| a.stype() as c_int).collect();

@@ -3,6 +3,7 @@
 
 pub mod element;
 mod parallel;
+mod simd;
 pub mod sparse;
 mod stream;
 mod sum;
@@ -29,6 +30,13 @@ pub fn copy_cast(src_dtype: DType, src: &[u8], dst_dtype: DType, dst: &mut [u8])
 /// block of `src` is read from memory once and stays in cache while all outputs are written;
 /// big copies are split over threads.
 pub fn copy_cast_many(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
+    copy_cast_many_unfenced(src_dtype, src, outs);
+    stream::store_fence();
+}
+
+/// [`copy_cast_many`] for one copy of a batch: the caller must call [`fence_copies`] before
+/// it releases the outputs, and may do so once for the whole batch.
+pub fn copy_cast_many_unfenced(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
     let n = src.len() / src_dtype.size();
     let threads = parallel::threads_now(n);
     if threads <= 1 {
@@ -48,7 +56,11 @@ pub fn copy_cast_many(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8
             let start = t * per * src_dtype.size();
             let end = (start + per * src_dtype.size()).min(src.len());
             let src_part = &src[start..end];
-            scope.spawn(move || copy_blocks(src_dtype, src_part, &mut part));
+            scope.spawn(move || {
+                copy_blocks(src_dtype, src_part, &mut part);
+                // The helper thread's streaming stores must be visible once it is joined.
+                stream::store_fence();
+            });
         }
     });
 }
@@ -64,7 +76,7 @@ fn copy_blocks(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
         for (dtype, out) in outs.iter_mut() {
             let d = &mut out[start * dtype.size()..end * dtype.size()];
             if *dtype == src_dtype && stream {
-                stream::stream_copy(d, s);
+                stream::stream_copy_unfenced(d, s);
             } else if *dtype == src_dtype {
                 d.copy_from_slice(s);
             } else {
@@ -73,6 +85,11 @@ fn copy_blocks(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
         }
         start = end;
     }
+}
+
+/// Makes the streaming stores of earlier unfenced copies visible to other threads.
+pub fn fence_copies() {
+    stream::store_fence();
 }
 
 fn cast_slice<S: Element, T: Element>(src: &[S], dst: &mut [T]) {

@@ -7,8 +7,22 @@
 /// be read again from cache soon, and gain nothing.
 pub(crate) const STREAM_MIN_BYTES: usize = 4096;
 
-/// `dst = src` (same length) with streaming stores where the platform has them.
-pub(crate) fn stream_copy(dst: &mut [u8], src: &[u8]) {
+/// Orders every streaming store made so far by this thread before its later stores (and so
+/// before a lock release or an op's completion that publishes them).
+pub(crate) fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a store fence has no preconditions.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
+/// `dst = src` (same length) with streaming stores where the platform has them. Not fenced:
+/// the caller calls [`store_fence`] before publishing `dst`, once for a whole batch of copies
+/// where it can. A fence (or any locked instruction, a lock release among them) waits until
+/// the streamed bytes have reached memory, so fencing each small copy serialises copies that
+/// could overlap.
+pub(crate) fn stream_copy_unfenced(dst: &mut [u8], src: &[u8]) {
     let n = dst.len().min(src.len());
     let (dst, src) = (&mut dst[..n], &src[..n]);
     #[cfg(target_arch = "x86_64")]
@@ -27,7 +41,7 @@ pub(crate) fn stream_copy(dst: &mut [u8], src: &[u8]) {
 
 #[cfg(target_arch = "x86_64")]
 fn stream_body(dst: &mut [u8], src: &[u8]) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
     debug_assert!(dst.len() == src.len() && dst.len() % 64 == 0 && dst.as_ptr() as usize % 16 == 0);
     for (d, s) in dst.chunks_exact_mut(64).zip(src.chunks_exact(64)) {
         let (d, s) = (d.as_mut_ptr() as *mut __m128i, s.as_ptr() as *const __m128i);
@@ -42,9 +56,6 @@ fn stream_body(dst: &mut [u8], src: &[u8]) {
             _mm_stream_si128(d.add(3), e);
         }
     }
-    // SAFETY: a store fence has no preconditions; it orders the streaming stores before any
-    // later store, so a reader synchronising with this thread sees the data.
-    unsafe { _mm_sfence() };
 }
 
 /// `dst = Σ srcs` for 2 to 4 float32 sources in `order`'s association, written with streaming
@@ -132,7 +143,8 @@ mod tests {
         for offset in 0..17 {
             for len in [0, 1, 15, 16, 63, 64, 65, 200, 4096, 4900] {
                 let mut buf = vec![0u8; 5100];
-                stream_copy(&mut buf[offset..offset + len], &src[..len]);
+                stream_copy_unfenced(&mut buf[offset..offset + len], &src[..len]);
+                store_fence();
                 assert_eq!(&buf[offset..offset + len], &src[..len], "offset {offset} len {len}");
                 assert!(buf[..offset].iter().chain(&buf[offset + len..]).all(|&b| b == 0));
             }

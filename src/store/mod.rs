@@ -1,6 +1,7 @@
 //! The key-value store of MXNet's `local` and `device` types: init, push (sum, then updater or
 //! assignment), pull, push-pull and broadcast, with int or string keys.
 
+mod entries;
 mod keys;
 mod kind;
 mod plan;
@@ -18,7 +19,7 @@ use crate::reduce::SumOrder;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushGroup;
 use schedule::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, SumJob};
-use std::collections::HashMap;
+use entries::Entries;
 use std::ffi::CString;
 
 /// Where stores keep values, as MXNet's do (`Comm::pinned_ctx_`).
@@ -58,7 +59,7 @@ impl Entry {
 #[derive(Default)]
 struct State {
     keys: KeyRegistry,
-    entries: HashMap<i32, Entry>,
+    entries: Entries,
     compression: Option<GradientCompression>,
     barrier_before_exit: bool,
 }
@@ -144,7 +145,7 @@ impl KVStore {
             let mut state = self.state.lock();
             let ids = state.keys.lookup(&keys)?;
             let plan = plan::plan_push(&state.entries, &ids, &Self::shown(&state.keys), values)?;
-            plan::check_compressible(self.active_compression(&state), &plan, &Self::shown(&state.keys))?;
+            plan::check_compressible(self.active_compression(&state), &state.entries, &plan, &Self::shown(&state.keys))?;
             state.keys.fix_type(&keys);
             self.schedule_push(&mut state, plan, priority)?
         };
@@ -186,7 +187,7 @@ impl KVStore {
             let (plan, copies) = {
                 let shown = Self::shown(&state.keys);
                 let plan = plan::plan_push(&state.entries, &vids, &shown, values)?;
-                plan::check_compressible(self.active_compression(&state), &plan, &shown)?;
+                plan::check_compressible(self.active_compression(&state), &state.entries, &plan, &shown)?;
                 let entries = &state.entries;
                 let lookup = |id: i32| entries.get(&id).map(|e| e.stored.clone());
                 (plan, plan::plan_pull(&lookup, &oids, &shown, outs, true)?)
@@ -320,7 +321,7 @@ impl KVStore {
                     entry.stored.clone()
                 }
                 (true, 1, None) => g.values[0].clone(),
-                (true, _, _) if sparse_sum => NDArray::empty_row_sparse(g.stored.shape(), STORE_CONTEXT, g.stored.dtype())?,
+                (true, _, _) if sparse_sum => NDArray::empty_row_sparse(entry.stored.shape(), STORE_CONTEXT, entry.stored.dtype())?,
                 (true, _, _) => entry.merge_buffer()?,
             };
             // Only an updater needs the sum's destination after the job (refcounts are shared
@@ -336,7 +337,7 @@ impl KVStore {
             }
             if let Some(recv) = recv {
                 let key = updaters.key_for(g.id, state.keys.name(g.id).filter(|_| string_keys));
-                calls.push(UpdaterCall { key, recv, local: g.stored, updaters: updaters.clone() });
+                calls.push(UpdaterCall { key, recv, local: entry.stored.clone(), updaters: updaters.clone() });
             }
         }
         schedule_sums(self.sum_order(), sums, priority);

@@ -2,32 +2,34 @@
 //! a bad input fails with the store exactly as it was.
 
 use super::schedule::CopyJob;
-use super::Entry;
 use crate::error::Result;
 use crate::ndarray::{shape_string, NDArray, StorageType};
-use std::collections::HashMap;
+use super::entries::Entries;
 
-/// One key of a push: its internal id, the pushed values (in argument order) and the stored value.
+/// One key of a push: its internal id and the pushed values (in argument order).
 pub(crate) struct PushGroup {
     pub id: i32,
     pub values: Vec<NDArray>,
-    pub stored: NDArray,
 }
 
 /// Groups `(id, value)` pairs by id in ascending id order, keeping argument order within a
 /// group. Takes the items by value: cloning arrays costs refcount traffic with the workers.
 pub(crate) fn group<T>(ids: &[i32], items: Vec<T>) -> Vec<(i32, Vec<T>)> {
     let mut groups: Vec<(i32, Vec<T>)> = Vec::new();
+    if ids.windows(2).all(|w| w[0] <= w[1]) {
+        // The usual call lists keys in order: no sort, no moves of the arrays, and each
+        // group's vector is sized once from its run of equal ids.
+        let mut items = items.into_iter();
+        for run in ids.chunk_by(|a, b| a == b) {
+            groups.push((run[0], items.by_ref().take(run.len()).collect()));
+        }
+        return groups;
+    }
     let mut add = |id: i32, item: T| match groups.last_mut() {
         Some((last, items_of)) if *last == id => items_of.push(item),
         _ => groups.push((id, vec![item])),
     };
-    if ids.windows(2).all(|w| w[0] <= w[1]) {
-        // The usual call lists keys in order: no sort, no moves of the arrays.
-        for (&id, item) in ids.iter().zip(items) {
-            add(id, item);
-        }
-    } else {
+    {
         // Sort positions, not the items themselves (arrays are several words each).
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by_key(|&i| ids[i]); // stable: argument order within a key
@@ -66,13 +68,14 @@ pub(crate) fn not_inited(shown: &str) -> crate::Error {
 
 /// Checks a push: every key initialised, every value dense with the stored shape and dtype.
 pub(crate) fn plan_push(
-    entries: &HashMap<i32, Entry>,
+    entries: &Entries,
     ids: &[i32],
     shown: &dyn Fn(i32) -> String,
     values: Vec<NDArray>,
 ) -> Result<Vec<PushGroup>> {
-    let mut plan = Vec::new();
-    for (id, vals) in group(ids, values) {
+    let groups = group(ids, values);
+    let mut plan = Vec::with_capacity(groups.len());
+    for (id, vals) in groups {
         let entry = entries.get(&id).ok_or_else(|| not_inited(&shown(id)))?;
         let stored = &entry.stored;
         for v in &vals {
@@ -102,7 +105,7 @@ pub(crate) fn plan_push(
             shown(id),
             vals.len()
         );
-        plan.push(PushGroup { id, values: vals, stored: stored.clone() });
+        plan.push(PushGroup { id, values: vals });
     }
     Ok(plan)
 }
@@ -110,6 +113,7 @@ pub(crate) fn plan_push(
 /// Checks that a compressed push only carries float32 values, as MXNet requires.
 pub(crate) fn check_compressible(
     compression: Option<crate::compression::GradientCompression>,
+    entries: &Entries,
     plan: &[PushGroup],
     shown: &dyn Fn(i32) -> String,
 ) -> Result<()> {
@@ -117,16 +121,17 @@ pub(crate) fn check_compressible(
         return Ok(());
     }
     for g in plan {
+        let stored = &entries.get(&g.id).ok_or_else(|| not_inited(&shown(g.id)))?.stored;
         crate::ensure!(
             g.values.iter().all(|v| v.stype() == StorageType::Default),
             "gradient compression does not support row_sparse values (key {})",
             shown(g.id)
         );
         crate::ensure!(
-            g.stored.dtype() == crate::ndarray::DType::Float32,
+            stored.dtype() == crate::ndarray::DType::Float32,
             "Gradient compression is only supported for float32 type of parameters (key {} is {})",
             shown(g.id),
-            g.stored.dtype().name()
+            stored.dtype().name()
         );
     }
     Ok(())
@@ -141,8 +146,9 @@ pub(crate) fn plan_pull(
     outs: Vec<NDArray>,
     ignore_sparse: bool,
 ) -> Result<Vec<CopyJob>> {
-    let mut jobs = Vec::new();
-    for (id, mut outs_of) in group(ids, outs) {
+    let groups = group(ids, outs);
+    let mut jobs = Vec::with_capacity(groups.len());
+    for (id, mut outs_of) in groups {
         outs_of.retain(|o| o.stype() == StorageType::Default || !ignore_sparse);
         if outs_of.is_empty() {
             continue;
@@ -165,7 +171,7 @@ pub(crate) fn plan_pull(
 /// Checks a row_sparse pull and returns the `(stored, output, row ids)` to schedule, with
 /// MXNet's messages.
 pub(crate) fn plan_row_sparse_pull(
-    entries: &HashMap<i32, Entry>,
+    entries: &Entries,
     ids: &[i32],
     shown: &dyn Fn(i32) -> String,
     outs: &[NDArray],
@@ -198,7 +204,7 @@ pub(crate) fn plan_row_sparse_pull(
 
 /// Checks an init: new keys, distinct within the call, dense values.
 pub(crate) fn plan_init(
-    entries: &HashMap<i32, Entry>,
+    entries: &Entries,
     ids: &[i32],
     shown: &dyn Fn(i32) -> String,
     values: &[NDArray],

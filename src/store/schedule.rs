@@ -7,7 +7,7 @@ use crate::engine::{engine, Var};
 use crate::ndarray::buffer::{typed, typed_mut};
 use crate::ndarray::{NDArray, StorageType};
 use crate::reduce::sparse;
-use crate::reduce::{copy_cast_many, sum_into, SumOrder};
+use crate::reduce::{copy_cast_many, copy_cast_many_unfenced, fence_copies, sum_into, SumOrder};
 use std::sync::Arc;
 
 /// Destination bytes per batched op: big enough to amortise an op, small enough that a call
@@ -62,13 +62,32 @@ pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
         let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
         let work = {
             let batch = Arc::clone(&batch);
-            move || {
-                for job in batch.iter() {
-                    run_sum(order, &job.values, &job.dst);
-                }
-            }
+            move || run_sum_batch(order, &batch)
         };
         engine().push(&reads, &writes, priority, Box::new(work));
+    }
+}
+
+/// Runs a batch of sums, the usual batch (dense, sums into distinct memory) under locks all
+/// taken first: lock operations wait for pending stores, and locking around each small sum
+/// would stall on every key in turn (see [`run_copy_batch`]).
+fn run_sum_batch(order: SumOrder, batch: &[SumJob]) {
+    let reads: Vec<&NDArray> = batch.iter().flat_map(|j| &j.values).collect();
+    let writes: Vec<&NDArray> = batch.iter().map(|j| &j.dst).collect();
+    if !lockable_together(&reads, &writes) {
+        for job in batch {
+            run_sum(order, &job.values, &job.dst);
+        }
+        return;
+    }
+    let views: Vec<_> = reads.iter().map(|a| a.read_view()).collect();
+    let mut guards: Vec<_> = writes.iter().map(|a| a.write_view()).collect();
+    let mut views = views.iter();
+    let mut srcs: Vec<&[u8]> = Vec::new();
+    for (job, guard) in batch.iter().zip(guards.iter_mut()) {
+        srcs.clear();
+        srcs.extend(views.by_ref().take(job.values.len()).map(|v| v.bytes()));
+        sum_into(job.dst.dtype(), order, guard.bytes_mut(), &srcs);
     }
 }
 
@@ -160,14 +179,48 @@ pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
         writes.extend(batch.iter().flat_map(|j| j.dsts.iter().map(|d| d.var())));
         let work = {
             let batch = Arc::clone(&batch);
-            move || {
-                for job in batch.iter() {
-                    run_copies(&job.src, &job.dsts);
-                }
-            }
+            move || run_copy_batch(&batch)
         };
         engine().push(&reads, &writes, priority, Box::new(work));
     }
+}
+
+/// Whether a batch's arrays can all be locked at once: dense, and no memory written by one
+/// of its copies is read or written by another (reads may repeat). Locks are not re-entrant.
+fn lockable_together(reads: &[&NDArray], writes: &[&NDArray]) -> bool {
+    if reads.iter().chain(writes).any(|a| a.stype() != StorageType::Default) {
+        return false;
+    }
+    let mut written: Vec<usize> = writes.iter().map(|a| a.chunk_id()).collect();
+    written.sort_unstable();
+    let before = written.len();
+    written.dedup();
+    written.len() == before && reads.iter().all(|r| written.binary_search(&r.chunk_id()).is_err())
+}
+
+/// Runs a batch of copies. The usual batch (dense, distinct outputs) takes every lock first,
+/// copies with streaming stores, fences once and then releases: a lock operation waits for
+/// the streamed bytes to reach memory, so locking around each small copy would stall on
+/// every output in turn.
+fn run_copy_batch(batch: &[CopyJob]) {
+    let reads: Vec<&NDArray> = batch.iter().map(|j| &j.src).collect();
+    let writes: Vec<&NDArray> = batch.iter().flat_map(|j| &j.dsts).collect();
+    if !lockable_together(&reads, &writes) {
+        for job in batch {
+            run_copies(&job.src, &job.dsts);
+        }
+        return;
+    }
+    let views: Vec<_> = reads.iter().map(|a| a.read_view()).collect();
+    let mut guards: Vec<_> = writes.iter().map(|a| a.write_view()).collect();
+    let mut guards = guards.iter_mut();
+    let mut outs: Vec<(crate::ndarray::DType, &mut [u8])> = Vec::new();
+    for (job, view) in batch.iter().zip(&views) {
+        outs.clear();
+        outs.extend(job.dsts.iter().zip(guards.by_ref()).map(|(d, g)| (d.dtype(), g.bytes_mut())));
+        copy_cast_many_unfenced(job.src.dtype(), view.bytes(), &mut outs);
+    }
+    fence_copies();
 }
 
 /// Copies `src` into every `dst`, reading `src` once per block while writing all outputs.

@@ -194,3 +194,32 @@ fn row_sparse_pushes_take_the_union_of_rows_and_change_the_key_type() {
     let err = kv.pull_row_sparse(Keys::Int(&[1]), &[out], &[rid], 0).unwrap_err();
     assert!(err.message().contains("PullRowSparse expects row_sparse src"), "{err}");
 }
+
+#[test]
+fn batches_that_share_arrays_between_keys_keep_call_order() {
+    // Small keys are batched into one op whose locks are all taken at once; arrays shared
+    // between keys must neither deadlock that op nor change what each key gets.
+    let kv = KVStore::new("local").unwrap();
+    let keys: Vec<i32> = (0..6).collect();
+    let inits: Vec<NDArray> = keys.iter().map(|&k| filled(k as f32, 5, 0)).collect();
+    kv.init(Keys::Int(&keys), &inits).unwrap();
+    // One array pushed for several keys (read twice in one batch).
+    let shared = filled(1.5, 5, 0);
+    kv.push(Keys::Int(&[0, 0, 1, 2, 2]), vec![shared.clone(), shared.clone(), shared.clone(), filled(2.0, 5, 1), shared.clone()], 0).unwrap();
+    assert_eq!(pull_one(&kv, 0, 5), vec![3.0; 5]);
+    assert_eq!(pull_one(&kv, 1, 5), vec![1.5; 5]);
+    assert_eq!(pull_one(&kv, 2, 5), vec![3.5; 5]);
+    // One output pulled for several keys (written twice in one batch): keys are served in
+    // ascending order, so the last key's value stays, as in MXNet.
+    let out = filled(-1.0, 5, 0);
+    let other = filled(-1.0, 5, 1);
+    kv.pull(Keys::Int(&[5, 3, 4]), &[out.clone(), other.clone(), out.clone()], 0, true).unwrap();
+    assert_eq!(read(&out), vec![5.0; 5]);
+    assert_eq!(read(&other), vec![3.0; 5]);
+    // In place: the outputs are the pushed arrays.
+    let vals: Vec<NDArray> = (0..4).map(|d| filled(d as f32, 5, d)).collect();
+    kv.push_pull(Keys::Int(&[4, 4, 4, 4]), vals.clone(), Keys::Int(&[4, 4, 4, 4]), vals.clone(), 0).unwrap();
+    for v in &vals {
+        assert_eq!(read(v), vec![6.0; 5]);
+    }
+}
