@@ -135,6 +135,16 @@ pub fn engine() -> &'static Engine {
     &ENGINE
 }
 
+/// Asks for the variable a few places after `i`: each is on its own cache line, usually not
+/// in this core's cache, and its lock would otherwise wait for each miss in turn.
+#[inline(always)]
+fn prefetch_ahead(vars: &[&Var], i: usize) {
+    const AHEAD: usize = 8;
+    if let Some(v) = vars.get(i + AHEAD) {
+        crate::reduce::prefetch::prefetch_line(&v.state);
+    }
+}
+
 impl Engine {
     /// Registers an op reading `reads` and writing `writes` (either may list a variable more
     /// than once, or in both); returns its completion and the completions it must wait for.
@@ -145,7 +155,8 @@ impl Engine {
         let _guard = self.schedule_lock.lock();
         // Writes first: a variable this op also reads, or lists twice, then shows this op as
         // its last writer, which the checks below recognise.
-        for var in writes {
+        for (i, var) in writes.iter().enumerate() {
+            prefetch_ahead(writes, i);
             let mut s = var.state.lock();
             if is_mine(&s.last_write) {
                 continue;
@@ -154,7 +165,8 @@ impl Engine {
             deps.extend(s.reads_since_write.take_all().filter(|r| !r.is_done()));
             s.last_write = Some(Arc::clone(&completion));
         }
-        for var in reads {
+        for (i, var) in reads.iter().enumerate() {
+            prefetch_ahead(reads, i);
             let mut s = var.state.lock();
             if is_mine(&s.last_write) || s.reads_since_write.ends_with(&completion) {
                 continue;

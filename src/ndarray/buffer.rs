@@ -3,25 +3,28 @@
 use crate::error::Result;
 use bytemuck::Pod;
 
-/// A zero-initialised host buffer whose start is 8-byte aligned, so any element type fits.
+/// One cache line: the unit buffers are allocated in, so every buffer starts on a line.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Line([u8; 64]);
+
+/// A zero-initialised host buffer starting on a 64-byte cache line, so any element type fits
+/// and kernels write whole lines: streaming stores to a line shared with the previous buffer
+/// would be split, and wide (AVX2) streaming stores need 32-byte alignment.
 #[derive(Debug, Clone, Default)]
 pub struct Buffer {
-    // u64 words give the alignment; `len` is the meaningful number of bytes.
-    words: Vec<u64>,
+    // Lines give the alignment; `len` is the meaningful number of bytes.
+    lines: Vec<Line>,
     len: usize,
 }
 
 impl Buffer {
-    /// A buffer of `len` zero bytes (the OS supplies the zero pages lazily).
+    /// A buffer of `len` zero bytes (zeroed by the allocator: the OS supplies big buffers'
+    /// zero pages lazily).
     pub fn zeroed(len: usize) -> Result<Buffer> {
-        let n_words = len.div_ceil(8);
-        let mut words = Vec::new();
-        crate::ensure!(
-            words.try_reserve_exact(n_words).is_ok(),
-            "out of host memory allocating {len} bytes"
-        );
-        words.resize(n_words, 0u64);
-        Ok(Buffer { words, len })
+        let lines = bytemuck::allocation::try_zeroed_vec::<Line>(len.div_ceil(64))
+            .map_err(|()| crate::Error::new(format!("out of host memory allocating {len} bytes")))?;
+        Ok(Buffer { lines, len })
     }
 
     /// Length in bytes.
@@ -36,13 +39,13 @@ impl Buffer {
 
     /// All bytes.
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.len]
+        &bytemuck::cast_slice(&self.lines)[..self.len]
     }
 
     /// All bytes, writable.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.len;
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..len]
+        &mut bytemuck::cast_slice_mut(&mut self.lines)[..len]
     }
 
     /// Start of the buffer, for `MXNDArrayGetData`.
@@ -53,7 +56,7 @@ impl Buffer {
 
 /// `bytes` as a slice of `T`; `bytes` must start at a multiple of `T`'s size in a [`Buffer`].
 pub fn typed<T: Pod>(bytes: &[u8]) -> &[T] {
-    // Buffers are 8-byte aligned and every view starts at a whole element, so the cast holds;
+    // Buffers are 64-byte aligned and every view starts at a whole element, so the cast holds;
     // an empty slice is returned rather than panicking should that ever be violated.
     bytemuck::try_cast_slice(bytes).unwrap_or(&[])
 }
@@ -72,7 +75,7 @@ mod tests {
         let mut b = Buffer::zeroed(13).unwrap();
         assert_eq!(b.len(), 13);
         assert!(b.bytes().iter().all(|&x| x == 0));
-        assert_eq!(b.as_mut_ptr() as usize % 8, 0);
+        assert_eq!(b.as_mut_ptr() as usize % 64, 0);
         b.bytes_mut()[12] = 7;
         assert_eq!(b.bytes()[12], 7);
         let mut f = Buffer::zeroed(16).unwrap();

@@ -3,6 +3,7 @@
 
 pub mod element;
 mod parallel;
+pub(crate) mod prefetch;
 mod simd;
 pub mod sparse;
 mod stream;

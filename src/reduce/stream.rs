@@ -27,33 +27,64 @@ pub(crate) fn stream_copy_unfenced(dst: &mut [u8], src: &[u8]) {
     let (dst, src) = (&mut dst[..n], &src[..n]);
     #[cfg(target_arch = "x86_64")]
     {
-        // Plain copies up to a 16-byte boundary of `dst`, streaming in 64-byte steps, then
-        // the tail.
+        // Plain copies up to a 16-byte boundary of `dst` (only views into the middle of a
+        // buffer need them: buffers start on a cache line), then streaming stores: 16 bytes
+        // up to a 32-byte boundary, 64-byte steps (two 32-byte stores with AVX2, four 16-byte
+        // ones without), 16-byte steps, and plain copies for the last few bytes.
         let head = dst.as_ptr().align_offset(16).min(n);
-        let body = (n - head) / 64 * 64;
         dst[..head].copy_from_slice(&src[..head]);
-        stream_body(&mut dst[head..head + body], &src[head..head + body]);
-        dst[head + body..].copy_from_slice(&src[head + body..]);
+        let (mut dst, mut src) = (&mut dst[head..], &src[head..]);
+        if super::simd::has_avx2() {
+            if dst.as_ptr() as usize % 32 != 0 && dst.len() >= 16 {
+                stream_16(&mut dst[..16], &src[..16]);
+                (dst, src) = (&mut dst[16..], &src[16..]);
+            }
+            let body = dst.len() / 64 * 64;
+            // SAFETY: the CPU supports AVX2 (checked above); `dst` starts on a 32-byte
+            // boundary here and the body is whole 64-byte steps.
+            unsafe { stream_64_avx2(&mut dst[..body], &src[..body]) };
+            (dst, src) = (&mut dst[body..], &src[body..]);
+        }
+        let body = dst.len() / 16 * 16;
+        stream_16(&mut dst[..body], &src[..body]);
+        let (dst, src) = (&mut dst[body..], &src[body..]);
+        dst.copy_from_slice(src);
     }
     #[cfg(not(target_arch = "x86_64"))]
     dst.copy_from_slice(src);
 }
 
+/// Streams whole 16-byte steps to a 16-byte aligned `dst`, 64 bytes per iteration where it can.
 #[cfg(target_arch = "x86_64")]
-fn stream_body(dst: &mut [u8], src: &[u8]) {
+fn stream_16(dst: &mut [u8], src: &[u8]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-    debug_assert!(dst.len() == src.len() && dst.len() % 64 == 0 && dst.as_ptr() as usize % 16 == 0);
+    debug_assert!(dst.len() == src.len() && dst.len() % 16 == 0 && dst.as_ptr() as usize % 16 == 0);
+    for (d, s) in dst.chunks_exact_mut(16).zip(src.chunks_exact(16)) {
+        // SAFETY: SSE2 is part of x86_64. Each chunk holds 16 bytes; `d` is 16-byte aligned
+        // (the caller aligned the start and chunks are 16 bytes), as `_mm_stream_si128`
+        // requires; the load is an unaligned one.
+        unsafe { _mm_stream_si128(d.as_mut_ptr() as *mut __m128i, _mm_loadu_si128(s.as_ptr() as *const __m128i)) };
+    }
+}
+
+/// Streams whole 64-byte steps to a 32-byte aligned `dst` with AVX2 stores.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn stream_64_avx2(dst: &mut [u8], src: &[u8]) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256};
+    debug_assert!(dst.len() == src.len() && dst.len() % 64 == 0 && dst.as_ptr() as usize % 32 == 0);
     for (d, s) in dst.chunks_exact_mut(64).zip(src.chunks_exact(64)) {
-        let (d, s) = (d.as_mut_ptr() as *mut __m128i, s.as_ptr() as *const __m128i);
-        // SAFETY: SSE2 is part of x86_64. Each chunk holds 64 bytes, so the four 16-byte
-        // offsets stay inside both; `d` is 16-byte aligned (the caller aligned the start and
-        // chunks are 64 bytes), as `_mm_stream_si128` requires; the loads are unaligned ones.
+        let (d, s) = (d.as_mut_ptr() as *mut __m256i, s.as_ptr() as *const __m256i);
+        // SAFETY: AVX2 is enabled for this function. Each chunk holds 64 bytes, so both
+        // 32-byte halves are in bounds; `d` is 32-byte aligned (the caller aligned the start
+        // and chunks are 64 bytes), as `_mm256_stream_si256` requires; loads are unaligned.
         unsafe {
-            let (a, b, c, e) = (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
-            _mm_stream_si128(d, a);
-            _mm_stream_si128(d.add(1), b);
-            _mm_stream_si128(d.add(2), c);
-            _mm_stream_si128(d.add(3), e);
+            let (a, b) = (_mm256_loadu_si256(s), _mm256_loadu_si256(s.add(1)));
+            _mm256_stream_si256(d, a);
+            _mm256_stream_si256(d.add(1), b);
         }
     }
 }
@@ -140,9 +171,9 @@ mod tests {
     #[test]
     fn streaming_copies_are_exact_at_every_alignment_and_length() {
         let src: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
-        for offset in 0..17 {
+        for offset in 0..70 {
             for len in [0, 1, 15, 16, 63, 64, 65, 200, 4096, 4900] {
-                let mut buf = vec![0u8; 5100];
+                let mut buf = vec![0u8; 5200];
                 stream_copy_unfenced(&mut buf[offset..offset + len], &src[..len]);
                 store_fence();
                 assert_eq!(&buf[offset..offset + len], &src[..len], "offset {offset} len {len}");
