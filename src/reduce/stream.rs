@@ -116,10 +116,19 @@ pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[
     };
     #[cfg(target_arch = "x86_64")]
     {
-        let head = dst.as_ptr().align_offset(16).min(n);
-        let body_end = head + (n - head) / 4 * 4;
+        // Buffers start on a cache line, so `head` is empty unless `dst` is a view into one.
+        let wide = super::simd::has_avx2();
+        let (align, step) = if wide { (32, 8) } else { (16, 4) };
+        let head = dst.as_ptr().align_offset(align).min(n);
+        let body_end = head + (n - head) / step * step;
         scalar(dst, 0..head);
-        stream_sum_body(order, &mut dst[head..body_end], srcs, head);
+        if wide {
+            // SAFETY: the CPU supports AVX2 (checked above); the body starts on a 32-byte
+            // boundary and is whole 8-float steps.
+            unsafe { stream_sum_body_avx2(order, &mut dst[head..body_end], srcs, head) };
+        } else {
+            stream_sum_body(order, &mut dst[head..body_end], srcs, head);
+        }
         scalar(dst, body_end..n);
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -164,6 +173,49 @@ fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], off
     unsafe { _mm_sfence() };
 }
 
+/// [`stream_sum_body`] 8 floats at a time with AVX2, for a 32-byte aligned `dst` of whole
+/// 8-float steps. Same association, so the same bits.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn stream_sum_body_avx2(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
+    use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_stream_ps, _mm_sfence};
+    debug_assert!(dst.len() % 8 == 0 && dst.as_ptr() as usize % 32 == 0);
+    let k = srcs.len();
+    let src: Vec<&[f32]> = srcs.iter().map(|s| &s[offset..offset + dst.len()]).collect();
+    let cpu_comm = order == super::SumOrder::CpuComm;
+    for (j, out) in dst.chunks_exact_mut(8).enumerate() {
+        let i = j * 8;
+        // SAFETY: AVX2 is enabled for this function. Every source holds at least `dst.len()`
+        // elements from `offset` (checked by the caller), so the 8 floats at `i` are in
+        // bounds for each; the loads are unaligned ones; `out` is 32-byte aligned (the caller
+        // aligned the start and chunks are 32 bytes), as `_mm256_stream_ps` requires.
+        unsafe {
+            let a = _mm256_loadu_ps(src[0].as_ptr().add(i));
+            let b = _mm256_loadu_ps(src[1].as_ptr().add(i));
+            let r = match (k, cpu_comm) {
+                (2, _) => _mm256_add_ps(a, b),
+                (3, true) => _mm256_add_ps(a, _mm256_add_ps(b, _mm256_loadu_ps(src[2].as_ptr().add(i)))),
+                (3, false) => _mm256_add_ps(_mm256_add_ps(a, b), _mm256_loadu_ps(src[2].as_ptr().add(i))),
+                (_, true) => {
+                    let (c, d) = (_mm256_loadu_ps(src[2].as_ptr().add(i)), _mm256_loadu_ps(src[3].as_ptr().add(i)));
+                    _mm256_add_ps(a, _mm256_add_ps(_mm256_add_ps(b, c), d))
+                }
+                (_, false) => {
+                    let (c, d) = (_mm256_loadu_ps(src[2].as_ptr().add(i)), _mm256_loadu_ps(src[3].as_ptr().add(i)));
+                    _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a, b), c), d)
+                }
+            };
+            _mm256_stream_ps(out.as_mut_ptr(), r);
+        }
+    }
+    // A store fence (safe here: its feature is enabled) orders the streaming stores before
+    // any later store, so a reader synchronising with this thread sees the data.
+    _mm_sfence();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +230,28 @@ mod tests {
                 store_fence();
                 assert_eq!(&buf[offset..offset + len], &src[..len], "offset {offset} len {len}");
                 assert!(buf[..offset].iter().chain(&buf[offset + len..]).all(|&b| b == 0));
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_sse_and_avx2_sum_bodies_agree_bit_for_bit() {
+        use crate::ndarray::buffer::{typed_mut, Buffer};
+        use crate::reduce::SumOrder;
+        if !crate::reduce::simd::has_avx2() {
+            return;
+        }
+        let make = |seed: u32| -> Vec<f32> { (0..1030u32).map(|i| ((i * 2654435761u32 ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
+        let srcs: Vec<Vec<f32>> = (0..4).map(make).collect();
+        let (mut sse, mut avx) = (Buffer::zeroed(1024 * 4).unwrap(), Buffer::zeroed(1024 * 4).unwrap());
+        for order in [SumOrder::CpuComm, SumOrder::Serial] {
+            for k in 2..=4 {
+                let views: Vec<&[f32]> = srcs[..k].iter().map(|v| &v[..]).collect();
+                stream_sum_body(order, typed_mut::<f32>(sse.bytes_mut()), &views, 6);
+                // SAFETY: AVX2 support was checked above.
+                unsafe { stream_sum_body_avx2(order, typed_mut::<f32>(avx.bytes_mut()), &views, 6) };
+                assert_eq!(sse.bytes(), avx.bytes(), "{order:?} k={k}");
             }
         }
     }
