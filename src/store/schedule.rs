@@ -36,27 +36,40 @@ pub(crate) struct CopyJob {
     pub dsts: Vec<NDArray>,
 }
 
-/// Splits jobs into batches of about [`BATCH_BYTES`] of destination bytes, keeping order.
-fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize) -> Vec<Vec<J>> {
-    let mut out: Vec<Vec<J>> = Vec::new();
-    let mut size = 0;
+/// Batches moving at most this many bytes run on the calling thread when they are ready at
+/// once (a latency-bound push or pull of a few small values): a few microseconds of copying
+/// against a worker wake-up.
+const TINY_BYTES: usize = 16 << 10;
+
+/// Schedules a batch's op: inline when tiny (see [`TINY_BYTES`]), on a worker otherwise.
+fn submit(bytes: usize, reads: &[&Var], writes: &[&Var], priority: i32, work: Box<dyn FnOnce() + Send>) {
+    if bytes <= TINY_BYTES {
+        engine().push_tiny(reads, writes, priority, work);
+    } else {
+        engine().push(reads, writes, priority, work);
+    }
+}
+
+/// Splits jobs into batches of about [`BATCH_BYTES`] moved, keeping order; each batch comes
+/// with its byte count.
+fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize) -> Vec<(usize, Vec<J>)> {
+    let mut out: Vec<(usize, Vec<J>)> = Vec::new();
     for job in jobs {
         let b = bytes(&job);
         match out.last_mut() {
-            Some(batch) if size + b <= BATCH_BYTES => batch.push(job),
-            _ => {
-                out.push(vec![job]);
-                size = 0;
+            Some((size, batch)) if *size + b <= BATCH_BYTES => {
+                batch.push(job);
+                *size += b;
             }
+            _ => out.push((b, vec![job])),
         }
-        size += b;
     }
     out
 }
 
 /// Schedules the sums and returns at once.
 pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
-    for batch in batches(jobs, |j| j.dst.data_byte_len() * (j.values.len() + 1)) {
+    for (bytes, batch) in batches(jobs, |j| j.dst.data_byte_len() * (j.values.len() + 1)) {
         // Shared with the op, not cloned: cloning views touches refcounts the workers use too.
         let batch = Arc::new(batch);
         let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
@@ -66,7 +79,7 @@ pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
             let batch = Arc::clone(&batch);
             move || run_sum_batch(order, &batch)
         };
-        engine().push(&reads, &writes, priority, Box::new(work));
+        submit(bytes, &reads, &writes, priority, Box::new(work));
     }
 }
 
@@ -132,7 +145,7 @@ fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray) {
 
 /// Schedules compressed sums (float32 values, checked) and returns at once.
 pub(crate) fn schedule_compressed_sums(jobs: Vec<CompressedSumJob>, priority: i32) {
-    for batch in batches(jobs, |j| j.dst.data_byte_len() * (2 * j.values.len() + 1)) {
+    for (bytes, batch) in batches(jobs, |j| j.dst.data_byte_len() * (2 * j.values.len() + 1)) {
         let batch = Arc::new(batch);
         let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
         let writes: Vec<&Var> =
@@ -145,7 +158,7 @@ pub(crate) fn schedule_compressed_sums(jobs: Vec<CompressedSumJob>, priority: i3
                 }
             }
         };
-        engine().push(&reads, &writes, priority, Box::new(work));
+        submit(bytes, &reads, &writes, priority, Box::new(work));
     }
 }
 
@@ -174,7 +187,7 @@ fn run_compressed_sum(job: &CompressedSumJob) {
 
 /// Schedules the copies and returns at once.
 pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
-    for batch in batches(jobs, |j| j.src.data_byte_len() * (j.dsts.len() + 1)) {
+    for (bytes, batch) in batches(jobs, |j| j.src.data_byte_len() * (j.dsts.len() + 1)) {
         let batch = Arc::new(batch);
         let reads: Vec<&Var> = batch.iter().map(|j| j.src.var()).collect();
         let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
@@ -183,7 +196,7 @@ pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
             let batch = Arc::clone(&batch);
             move || run_copy_batch(&batch)
         };
-        engine().push(&reads, &writes, priority, Box::new(work));
+        submit(bytes, &reads, &writes, priority, Box::new(work));
     }
 }
 
