@@ -3,7 +3,8 @@
  * libkvstore.so export the same symbols, and a child keeps each library's threads and memory
  * to itself); the parent prints medians, ratios and the memory-traffic limit.
  *
- * usage: kvbench [--iters N] [--warmup N] [--workload NAME]... [--rss-iters N] LIB...
+ * usage: kvbench [--iters N] [--warmup N] [--workload NAME]... [--rss-iters N] [--dtype T] LIB...
+ * (--dtype: float32, the default and the issue's workloads, float64, float16 or bfloat16)
  * The first LIB is the baseline of the ratios (put libmxnet.so first). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -140,11 +141,28 @@ static void sgd_updater(int key, H recv, H local, void *user) {
   CALL(api.nd_free(local));
 }
 
+/* The element type of every array (--dtype): MXNet's code and size in bytes. */
+static int dtype = 0;
+static size_t dtype_size = 4;
+
+/* `v` (0, 0.5 or 1: exact in every type) in the bytes of `dtype`. */
+static void encode(float v, void *out) {
+  uint32_t f;
+  memcpy(&f, &v, 4);
+  if (dtype == 0) memcpy(out, &v, 4);
+  else if (dtype == 1) { double d = v; memcpy(out, &d, 8); }
+  else if (dtype == 12) { uint16_t b = (uint16_t)(f >> 16); memcpy(out, &b, 2); }
+  else { /* float16: exponent rebiased from 127 to 15; zero stays zero */
+    uint16_t h = f == 0 ? 0 : (uint16_t)((((f >> 23) & 0xff) - 112) << 10 | ((f >> 13) & 0x3ff));
+    memcpy(out, &h, 2);
+  }
+}
+
 static H make(uint32_t n, int dev, float v) {
   H h;
-  CALL(api.nd_create(&n, 1, 1, dev, 0, 0, &h));
-  float *buf = malloc(sizeof(float) * n);
-  for (uint32_t i = 0; i < n; i++) buf[i] = v;
+  CALL(api.nd_create(&n, 1, 1, dev, 0, dtype, &h));
+  char *buf = malloc(dtype_size * n);
+  for (uint32_t i = 0; i < n; i++) encode(v, buf + dtype_size * i);
   CALL(api.nd_from_cpu(h, buf, n));
   free(buf);
   return h;
@@ -272,9 +290,17 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--rss-iters") && i + 1 < argc) rss_iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--workload") && i + 1 < argc && nnames < 8) names[nnames++] = argv[++i];
+    else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      const char *d = argv[++i];
+      if (!strcmp(d, "float32")) dtype = 0, dtype_size = 4;
+      else if (!strcmp(d, "float64")) dtype = 1, dtype_size = 8;
+      else if (!strcmp(d, "float16")) dtype = 2, dtype_size = 2;
+      else if (!strcmp(d, "bfloat16")) dtype = 12, dtype_size = 2;
+      else return fprintf(stderr, "--dtype: float32, float64, float16 or bfloat16\n"), 2;
+    }
     else if (argv[i][0] != '-' && nlibs < 8) libs[nlibs++] = argv[i];
     else {
-      fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--rss-iters N] [--workload NAME]... LIB...\n", argv[0]);
+      fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--rss-iters N] [--dtype T] [--workload NAME]... LIB...\n", argv[0]);
       return 2;
     }
   }
@@ -291,6 +317,7 @@ int main(int argc, char **argv) {
   printf("memory-traffic limit: per iteration an ideal store reads the 4 pushed values and writes the sum\n"
          "once, then reads it once and writes 4 outputs: 10 x S bytes of traffic for S bytes of parameters;\n"
          "a copy moves 2 bytes of traffic per byte copied, so limit = 10 S / (2 x best copy bandwidth).\n\n");
+  printf("element type: %s (MXNet dtype %d)\n", dtype == 0 ? "float32" : dtype == 1 ? "float64" : dtype == 2 ? "float16" : "bfloat16", dtype);
   for (int l = 0; l < nlibs; l++) printf("lib%d: %s\n", l, libs[l]);
   printf("\n%-9s %8s", "workload", "values");
   for (int l = 0; l < nlibs; l++) printf("   lib%d s/iter", l);
@@ -300,6 +327,10 @@ int main(int argc, char **argv) {
     if (!workload(names[w])) {
       fprintf(stderr, "unknown workload %s\n", names[w]);
       return 2;
+    }
+    if (!strcmp(names[w], "sgd") && dtype != 0) {
+      printf("%-9s (float32 only: its updater works on float data)\n", "sgd");
+      continue;
     }
     int is_rss = !strcmp(names[w], "rss"), is_latency = !strcmp(names[w], "latency");
     int n = is_rss ? rss_iters : iters > 0 ? iters : is_latency ? 2000 : !strcmp(names[w], "small") ? 30 : 15;
@@ -319,7 +350,7 @@ int main(int argc, char **argv) {
       printf("   (one key, one value: push + pull + wait)\n");
       continue;
     }
-    double limit = 10.0 * values * 4 / (2 * bw);
+    double limit = 10.0 * values * (double)dtype_size / (2 * bw);
     printf("%-9s %8.0f", names[w], values);
     for (int l = 0; l < nlibs; l++) printf("   %12.4f", med[l]);
     for (int l = 1; l < nlibs; l++) printf("  %9.3f", med[l] / med[0]);

@@ -3,6 +3,7 @@
  * ours takes part in the comparison. Values are exact in every dtype. */
 #include "common.h"
 #include <stdint.h>
+#include <stdlib.h>
 
 #define N 4
 
@@ -25,6 +26,65 @@ static void print_raw(const char *label, NDArrayHandle h, int dt) {
   printf("%s:", label);
   for (size_t i = 0; i < N * dtype_size(dt); i++) printf("%s%02x", i % dtype_size(dt) ? "" : " ", buf[i]);
   printf("\n");
+}
+
+/* ---- rounding of float16 / bfloat16 sums ------------------------------------------------
+ * Both libraries round to the half type after every addition. Pseudo-random finite values of
+ * nearby magnitudes make most additions round; lengths cover whole vector steps and a tail
+ * (37), and an array big enough to take the blocked path of big sums (hashed). */
+
+static uint32_t rng = 12345;
+static uint16_t next_half(int dt) {
+  rng = rng * 1664525u + 1013904223u;
+  uint16_t sign = (rng >> 31) ? 0x8000 : 0;
+  if (dt == DT_F16) return sign | (uint16_t)((13 + (rng >> 8) % 5) << 10) | (uint16_t)((rng >> 12) & 0x3ff);
+  return sign | (uint16_t)((125 + (rng >> 8) % 5) << 7) | (uint16_t)((rng >> 12) & 0x7f);
+}
+
+static NDArrayHandle make_half(int dt, int dev, uint32_t n) {
+  NDArrayHandle h;
+  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, dev, 0, dt, &h));
+  uint16_t *buf = malloc(2 * (size_t)n);
+  for (uint32_t i = 0; i < n; i++) buf[i] = next_half(dt);
+  CHECK(MXNDArraySyncCopyFromCPU(h, buf, n));
+  free(buf);
+  return h;
+}
+
+static void half_rounding(void) {
+  const char *types[] = {"local", "device"};
+  const int dts[] = {DT_F16, DT_BF16};
+  const uint32_t lens[] = {37, 600000};
+  const int counts[] = {2, 4, 5};
+  for (int t = 0; t < 2; t++)
+    for (int d = 0; d < 2; d++)
+      for (int l = 0; l < 2; l++)
+        for (int c = 0; c < 3; c++) {
+          uint32_t n = lens[l];
+          KVStoreHandle kv;
+          CHECK(MXKVStoreCreate(types[t], &kv));
+          int key = 3, keys[5] = {3, 3, 3, 3, 3};
+          NDArrayHandle init = make_half(dts[d], 0, n), vals[5];
+          CHECK(MXKVStoreInit(kv, 1, &key, &init));
+          for (int i = 0; i < counts[c]; i++) vals[i] = make_half(dts[d], i % 4, n);
+          CHECK(MXKVStorePush(kv, (uint32_t)counts[c], keys, vals, 0));
+          CHECK(MXKVStorePull(kv, 1, &key, &init, 0));
+          uint16_t *out = malloc(2 * (size_t)n);
+          CHECK(MXNDArraySyncCopyToCPU(init, out, n));
+          printf("%s %s sum of %d x %u:", types[t], dts[d] == DT_F16 ? "float16" : "bfloat16", counts[c], n);
+          if (n <= 64) {
+            for (uint32_t i = 0; i < n; i++) printf(" %04x", out[i]);
+          } else {
+            uint64_t hash = 1469598103934665603ull;
+            for (uint32_t i = 0; i < n; i++) hash = (hash ^ out[i]) * 1099511628211ull;
+            printf(" fnv %016llx", (unsigned long long)hash);
+          }
+          printf("\n");
+          free(out);
+          for (int i = 0; i < counts[c]; i++) CHECK(MXNDArrayFree(vals[i]));
+          CHECK(MXNDArrayFree(init));
+          CHECK(MXKVStoreFree(kv));
+        }
 }
 
 int main(void) {
@@ -66,6 +126,7 @@ int main(void) {
       CHECK(MXKVStoreFree(kv));
     }
   }
+  half_rounding();
   printf("done\n");
   return 0;
 }

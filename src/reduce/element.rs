@@ -80,12 +80,19 @@ int_element!(i8);
 int_element!(i32);
 int_element!(i64);
 
+/// float32 to bfloat16 as MXNet converts (mshadow's `bf16_t`): the upper 16 bits, so
+/// truncated toward zero, not rounded to nearest.
+#[inline(always)]
+pub fn bf16_from_f32_truncating(v: f32) -> bf16 {
+    bf16::from_bits((v.to_bits() >> 16) as u16)
+}
+
 macro_rules! half_element {
-    ($t:ty) => {
+    ($t:ty, $from_f32:expr) => {
         impl Element for $t {
             #[inline(always)]
             fn add(self, other: Self) -> Self {
-                <$t>::from_f32(self.to_f32() + other.to_f32())
+                $from_f32(self.to_f32() + other.to_f32())
             }
             fn to_f64(self) -> f64 {
                 self.to_f64()
@@ -94,17 +101,18 @@ macro_rules! half_element {
                 self.to_f32() as i64
             }
             fn from_f64(v: f64) -> Self {
-                <$t>::from_f32(v as f32)
+                $from_f32(v as f32)
             }
             fn from_i64(v: i64) -> Self {
-                <$t>::from_f32(v as f32)
+                $from_f32(v as f32)
             }
             const IS_INTEGER: bool = false;
         }
     };
 }
-half_element!(f16);
-half_element!(bf16);
+// float16 rounds to nearest (ties to even), as MXNet's `half_t` does.
+half_element!(f16, f16::from_f32);
+half_element!(bf16, bf16_from_f32_truncating);
 
 impl Element for Bool {
     #[inline(always)]
@@ -173,5 +181,10 @@ mod tests {
         assert_eq!(convert::<i64, u8>(257), 1);
         assert_eq!(convert::<f32, Bool>(0.5), Bool(1));
         assert_eq!(convert::<bf16, f32>(bf16::from_f32(3.0)), 3.0);
+        // bfloat16 truncates as MXNet's bf16_t does: 1 + 2^-8 + 2^-9 would round up to
+        // 1 + 2^-7 to nearest, and stays 1 here.
+        assert_eq!(convert::<f32, bf16>(1.0 + 1.0 / 256.0 + 1.0 / 512.0), bf16::ONE);
+        assert_eq!(Element::add(bf16::ONE, bf16::from_f32(1.0 / 256.0)), bf16::ONE);
+        assert_eq!(convert::<f32, bf16>(-2.9), bf16::from_bits(0xc039));
     }
 }

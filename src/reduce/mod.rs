@@ -4,6 +4,8 @@
 pub mod element;
 mod parallel;
 pub(crate) mod prefetch;
+#[cfg(target_arch = "x86_64")]
+mod half_simd;
 mod simd;
 pub mod sparse;
 mod stream;

@@ -64,12 +64,37 @@ fn sum_streamed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
 /// `dst = Σ srcs` in one pass per group of sources, with the widest vectors the CPU has.
 fn sum_serial<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
     #[cfg(target_arch = "x86_64")]
+    if sum_half(order, dst, srcs) {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx2() {
         // SAFETY: the CPU supports AVX2, checked just above.
         unsafe { sum_serial_avx2(order, dst, srcs) };
         return;
     }
     sum_serial_body(order, dst, srcs)
+}
+
+/// float16 and bfloat16 sums with the vector kernels of `half_simd`, the tail with the scalar
+/// loop; false (nothing done) for other types or CPUs without AVX2 and F16C.
+#[cfg(target_arch = "x86_64")]
+fn sum_half<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) -> bool {
+    use std::any::TypeId;
+    let is = |t: TypeId| TypeId::of::<T>() == t;
+    if !(is(TypeId::of::<half::f16>()) || is(TypeId::of::<half::bf16>())) || !super::half_simd::available() {
+        return false;
+    }
+    let done = if is(TypeId::of::<half::f16>()) {
+        let srcs: Vec<&[half::f16]> = srcs.iter().map(|s| bytemuck::cast_slice(s)).collect();
+        super::half_simd::sum_f16(order, bytemuck::cast_slice_mut(dst), &srcs)
+    } else {
+        let srcs: Vec<&[half::bf16]> = srcs.iter().map(|s| bytemuck::cast_slice(s)).collect();
+        super::half_simd::sum_bf16(order, bytemuck::cast_slice_mut(dst), &srcs)
+    };
+    let tails: Vec<&[T]> = srcs.iter().map(|s| &s[done..]).collect();
+    sum_serial_body(order, &mut dst[done..], &tails);
+    true
 }
 
 /// The same loops compiled for AVX2: twice the width of the x86_64 baseline (SSE2). Element
