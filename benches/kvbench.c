@@ -3,7 +3,9 @@
  * libkvstore.so export the same symbols, and a child keeps each library's threads and memory
  * to itself); the parent prints medians, ratios and the memory-traffic limit.
  *
- * usage: kvbench [--iters N] [--warmup N] [--workload NAME]... [--rss-iters N] [--dtype T] LIB...
+ * usage: kvbench [--iters N] [--warmup N] [--workload NAME]... [--rss-iters N] [--rounds N] [--dtype T] LIB...
+ * (--rounds: the libraries take turns this many times, default 3, each turn running
+ * iters/rounds iterations in a fresh child; the median is over all of a library's iterations)
  * (--dtype: float32, the default and the issue's workloads, float64, float16 or bfloat16)
  * The first LIB is the baseline of the ratios (put libmxnet.so first). */
 #define _GNU_SOURCE
@@ -183,7 +185,20 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Child: runs `name` on the loaded library; writes "median rss10 rss_end" to fd. */
+/* What a child reports: each measured iteration's seconds, then resident memory. */
+struct report { long rss10, rss_end; };
+
+/* Writes or reads all `n` bytes (pipes may split them). */
+static int full_io(int fd, void *buf, size_t n, int writing) {
+  for (size_t done = 0; done < n;) {
+    ssize_t k = writing ? write(fd, (char *)buf + done, n - done) : read(fd, (char *)buf + done, n - done);
+    if (k <= 0) return 0;
+    done += (size_t)k;
+  }
+  return 1;
+}
+
+/* Child: runs `name` on the loaded library; writes the iterations' seconds and a report to fd. */
 static void child(const char *lib, const char *name, int iters, int warmup, int fd) {
   load(lib);
   workload(name);
@@ -214,17 +229,16 @@ static void child(const char *lib, const char *name, int iters, int warmup, int 
     if (i >= 0) t[i] = now() - t0;
     if (i == 9) rss10 = rss_kib();
   }
-  qsort(t, (size_t)iters, sizeof(double), cmp_double);
-  char msg[128];
-  int len = snprintf(msg, sizeof msg, "%.9f %ld %ld\n", t[iters / 2], rss10, rss_kib());
-  if (write(fd, msg, (size_t)len) != len) exit(2);
+  struct report r = {rss10, rss_kib()};
+  if (!full_io(fd, t, sizeof(double) * (size_t)iters, 1) || !full_io(fd, &r, sizeof r, 1)) exit(2);
   for (int i = 0; i < n; i++) api.nd_free(vals[i]), api.nd_free(outs[i]);
   api.free_kv(kv);
   api.wait_all();
 }
 
-/* Parent: forks a child for (lib, workload); returns the median seconds. */
-static double measure(const char *lib, const char *name, int iters, int warmup, long *rss10, long *rss_end) {
+/* Parent: forks a child for (lib, workload), storing its `iters` iteration times in `t`;
+ * returns 0 on failure. */
+static int measure(const char *lib, const char *name, int iters, int warmup, double *t, struct report *r) {
   int p[2];
   if (pipe(p) != 0) exit(2);
   fflush(stdout);
@@ -235,17 +249,20 @@ static double measure(const char *lib, const char *name, int iters, int warmup, 
     _exit(0);
   }
   close(p[1]);
-  char buf[128] = {0};
-  ssize_t got = read(p[0], buf, sizeof buf - 1);
+  int ok = full_io(p[0], t, sizeof(double) * (size_t)iters, 0) && full_io(p[0], r, sizeof *r, 0);
   close(p[0]);
   int status;
   waitpid(pid, &status, 0);
-  double median = -1;
-  if (got <= 0 || sscanf(buf, "%lf %ld %ld", &median, rss10, rss_end) != 3 || !WIFEXITED(status)) {
+  if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     fprintf(stderr, "%s on %s failed\n", name, lib);
-    return -1;
+    return 0;
   }
-  return median;
+  return 1;
+}
+
+static double median(double *t, int n) {
+  qsort(t, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
 /* ---- memory bandwidth -------------------------------------------------------------------- */
@@ -282,13 +299,14 @@ static double copy_bandwidth(int threads) {
 }
 
 int main(int argc, char **argv) {
-  int iters = 0, warmup = 3, rss_iters = 1000;
+  int iters = 0, warmup = 3, rss_iters = 1000, rounds = 3;
   const char *libs[8], *names[8];
   int nlibs = 0, nnames = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--rss-iters") && i + 1 < argc) rss_iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc && atoi(argv[i + 1]) > 0) rounds = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--workload") && i + 1 < argc && nnames < 8) names[nnames++] = argv[++i];
     else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
       const char *d = argv[++i];
@@ -300,7 +318,7 @@ int main(int argc, char **argv) {
     }
     else if (argv[i][0] != '-' && nlibs < 8) libs[nlibs++] = argv[i];
     else {
-      fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--rss-iters N] [--dtype T] [--workload NAME]... LIB...\n", argv[0]);
+      fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--rss-iters N] [--rounds N] [--dtype T] [--workload NAME]... LIB...\n", argv[0]);
       return 2;
     }
   }
@@ -334,9 +352,20 @@ int main(int argc, char **argv) {
     }
     int is_rss = !strcmp(names[w], "rss"), is_latency = !strcmp(names[w], "latency");
     int n = is_rss ? rss_iters : iters > 0 ? iters : is_latency ? 2000 : !strcmp(names[w], "small") ? 30 : 15;
+    /* The libraries take turns, `rounds` times, each time in a fresh child: the host's
+     * memory bandwidth drifts within seconds, and turns spread that drift over both. */
+    int r_count = is_rss ? 1 : rounds, per = (n + r_count - 1) / r_count;
     double values = total_values(), med[8];
     long rss10[8], rss_end[8];
-    for (int l = 0; l < nlibs; l++) med[l] = measure(libs[l], names[w], n, is_rss ? 10 : warmup, &rss10[l], &rss_end[l]);
+    double *times[8];
+    for (int l = 0; l < nlibs; l++) times[l] = malloc(sizeof(double) * (size_t)(per * r_count));
+    for (int r = 0; r < r_count; r++)
+      for (int l = 0; l < nlibs; l++) {
+        struct report rep;
+        if (!measure(libs[l], names[w], per, is_rss ? 10 : warmup, times[l] + r * per, &rep)) return 2;
+        rss10[l] = rep.rss10, rss_end[l] = rep.rss_end;
+      }
+    for (int l = 0; l < nlibs; l++) med[l] = median(times[l], per * r_count), free(times[l]);
     if (is_rss) {
       printf("%-9s %8.0f", "rss", values);
       for (int l = 0; l < nlibs; l++) printf("   lib%d RSS %ld KiB after 10 iterations, %ld KiB after %d", l, rss10[l], rss_end[l], n);

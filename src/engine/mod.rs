@@ -147,10 +147,12 @@ fn prefetch_ahead(vars: &[&Var], i: usize) {
 
 impl Engine {
     /// Registers an op reading `reads` and writing `writes` (either may list a variable more
-    /// than once, or in both); returns its completion and the completions it must wait for.
-    fn register(&self, reads: &[&Var], writes: &[&Var]) -> (Arc<Completion>, Vec<Arc<Completion>>) {
+    /// than once, or in both); returns its completion, the completions it must wait for, and
+    /// whether its variables are disjoint: none written twice, none both read and written.
+    fn register(&self, reads: &[&Var], writes: &[&Var]) -> (Arc<Completion>, Vec<Arc<Completion>>, bool) {
         let completion = Arc::new(Completion::new());
         let mut deps = Vec::new();
+        let mut disjoint = true;
         let is_mine = |c: &Option<Arc<Completion>>| c.as_ref().is_some_and(|c| Arc::ptr_eq(c, &completion));
         let _guard = self.schedule_lock.lock();
         // Writes first: a variable this op also reads, or lists twice, then shows this op as
@@ -159,6 +161,7 @@ impl Engine {
             prefetch_ahead(writes, i);
             let mut s = var.state.lock();
             if is_mine(&s.last_write) {
+                disjoint = false;
                 continue;
             }
             deps.extend(s.last_write.take().filter(|w| !w.is_done()));
@@ -168,7 +171,11 @@ impl Engine {
         for (i, var) in reads.iter().enumerate() {
             prefetch_ahead(reads, i);
             let mut s = var.state.lock();
-            if is_mine(&s.last_write) || s.reads_since_write.ends_with(&completion) {
+            if is_mine(&s.last_write) {
+                disjoint = false;
+                continue;
+            }
+            if s.reads_since_write.ends_with(&completion) {
                 continue;
             }
             if let Some(w) = &s.last_write {
@@ -179,29 +186,29 @@ impl Engine {
             s.reads_since_write.prune();
             s.reads_since_write.add(&completion);
         }
-        (completion, deps)
+        (completion, deps, disjoint)
     }
 
     /// Schedules `work`, which reads `reads` and writes `writes`, and returns at once. Among
     /// ready ops, higher `priority` runs first.
     pub fn push(&self, reads: &[&Var], writes: &[&Var], priority: i32, work: Work) {
-        self.push_op(reads, writes, priority, work, false);
+        self.push_batch(reads, writes, priority, false, move |_| work());
     }
 
-    /// [`Engine::push`] for work of a few microseconds: when nothing is pending on its
-    /// variables, it runs at once on the calling thread, which costs less than waking a worker
-    /// (tens of microseconds on a VM). Nothing observable changes: the op was ready, and ready
-    /// ops on distinct variables run in no guaranteed order.
-    pub fn push_tiny(&self, reads: &[&Var], writes: &[&Var], priority: i32, work: Work) {
-        self.push_op(reads, writes, priority, work, true);
-    }
-
-    fn push_op(&self, reads: &[&Var], writes: &[&Var], priority: i32, work: Work, run_here_if_ready: bool) {
+    /// [`Engine::push`] for an op over many arrays. `work` is told whether the op's variables
+    /// are disjoint (none written twice, none both read and written), which registration finds
+    /// out anyway: if so, it may lock all of their memory at once.
+    ///
+    /// With `tiny` (work of a few microseconds), an op with nothing pending on its variables
+    /// runs at once on the calling thread, which costs less than waking a worker (tens of
+    /// microseconds on a VM). Nothing observable changes: the op was ready, and ready ops on
+    /// distinct variables run in no guaranteed order.
+    pub fn push_batch(&self, reads: &[&Var], writes: &[&Var], priority: i32, tiny: bool, work: impl FnOnce(bool) + Send + 'static) {
         *self.outstanding.lock() += 1;
-        let (completion, deps) = self.register(reads, writes);
+        let (completion, deps, disjoint) = self.register(reads, writes);
         let op = Arc::new(Op {
             remaining: AtomicUsize::new(1),
-            work: Mutex::new(Some(work)),
+            work: Mutex::new(Some(Box::new(move || work(disjoint)))),
             priority,
             completion,
         });
@@ -213,7 +220,7 @@ impl Engine {
         }
         // One count left means every dependency has finished: only this registration holds
         // the op back, and nothing else can release it.
-        if run_here_if_ready && op.remaining.load(Ordering::Acquire) == 1 {
+        if tiny && op.remaining.load(Ordering::Acquire) == 1 {
             op.remaining.store(0, Ordering::Release);
             self.run(op);
         } else {
@@ -235,7 +242,7 @@ impl Engine {
     /// Runs `work` on the calling thread, ordered with scheduled ops as if it were one: it
     /// waits for the ops it depends on, and later ops wait for it.
     pub fn run_sync<R>(&self, reads: &[&Var], writes: &[&Var], work: impl FnOnce() -> R) -> R {
-        let (completion, deps) = self.register(reads, writes);
+        let (completion, deps, _) = self.register(reads, writes);
         for dep in deps {
             dep.wait();
         }
@@ -366,7 +373,7 @@ mod tests {
         let var = Var::new();
         let log = Arc::new(Mutex::new(Vec::new()));
         let l = Arc::clone(&log);
-        engine().push_tiny(&[], &[&var], 0, Box::new(move || l.lock().push(1)));
+        engine().push_batch(&[], &[&var], 0, true, move |_| l.lock().push(1));
         assert_eq!(*log.lock(), vec![1], "a ready tiny op has run when push_tiny returns");
         let (l, gate) = (Arc::clone(&log), Arc::new(std::sync::Barrier::new(2)));
         let g = Arc::clone(&gate);
@@ -375,11 +382,29 @@ mod tests {
             l.lock().push(2)
         }));
         let l = Arc::clone(&log);
-        engine().push_tiny(&[&var], &[], 0, Box::new(move || l.lock().push(3)));
+        engine().push_batch(&[&var], &[], 0, true, move |_| l.lock().push(3));
         assert_eq!(*log.lock(), vec![1], "a tiny op waits for the pending write");
         gate.wait();
         engine().wait_to_write(&var);
         assert_eq!(*log.lock(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn batches_learn_whether_their_variables_are_disjoint() {
+        let (a, b, c) = (Var::new(), Var::new(), Var::new());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let cases: [(&[&Var], &[&Var], bool); 4] = [
+            (&[&a, &a, &b], &[&c], true),
+            (&[&a], &[&b, &c, &b], false),
+            (&[&a, &c], &[&b, &c], false),
+            (&[], &[], true),
+        ];
+        for (reads, writes, _) in cases {
+            let s = Arc::clone(&seen);
+            engine().push_batch(reads, writes, 0, false, move |disjoint| s.lock().push(disjoint));
+            engine().wait_all();
+        }
+        assert_eq!(*seen.lock(), cases.iter().map(|c| c.2).collect::<Vec<_>>());
     }
 
     #[test]

@@ -137,11 +137,6 @@ impl NDArray {
         &self.chunk.var
     }
 
-    /// An identity of the view's memory: equal for views that share it.
-    pub fn chunk_id(&self) -> usize {
-        Arc::as_ptr(&self.chunk) as usize
-    }
-
     /// Whether both views share memory.
     pub fn same_chunk(&self, other: &NDArray) -> bool {
         Arc::ptr_eq(&self.chunk, &other.chunk)

@@ -41,13 +41,11 @@ pub(crate) struct CopyJob {
 /// against a worker wake-up.
 const TINY_BYTES: usize = 16 << 10;
 
-/// Schedules a batch's op: inline when tiny (see [`TINY_BYTES`]), on a worker otherwise.
-fn submit(bytes: usize, reads: &[&Var], writes: &[&Var], priority: i32, work: Box<dyn FnOnce() + Send>) {
-    if bytes <= TINY_BYTES {
-        engine().push_tiny(reads, writes, priority, work);
-    } else {
-        engine().push(reads, writes, priority, work);
-    }
+/// Schedules a batch's op: inline when tiny and ready (see [`TINY_BYTES`]), on a worker
+/// otherwise. `work` is told whether the batch's arrays are disjoint (see
+/// [`Engine::push_batch`](crate::engine::Engine::push_batch)).
+fn submit(bytes: usize, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(bool) + Send + 'static) {
+    engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work);
 }
 
 /// Splits jobs into batches of about [`BATCH_BYTES`] moved, keeping order; each batch comes
@@ -77,19 +75,19 @@ pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
         let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
         let work = {
             let batch = Arc::clone(&batch);
-            move || run_sum_batch(order, &batch)
+            move |disjoint| run_sum_batch(order, &batch, disjoint)
         };
-        submit(bytes, &reads, &writes, priority, Box::new(work));
+        submit(bytes, &reads, &writes, priority, work);
     }
 }
 
 /// Runs a batch of sums, the usual batch (dense, sums into distinct memory) under locks all
 /// taken first: lock operations wait for pending stores, and locking around each small sum
 /// would stall on every key in turn (see [`run_copy_batch`]).
-fn run_sum_batch(order: SumOrder, batch: &[SumJob]) {
+fn run_sum_batch(order: SumOrder, batch: &[SumJob], disjoint: bool) {
     let reads: Vec<&NDArray> = batch.iter().flat_map(|j| &j.values).collect();
     let writes: Vec<&NDArray> = batch.iter().map(|j| &j.dst).collect();
-    if !lockable_together(&reads, &writes) {
+    if !lockable_together(disjoint, &reads, &writes) {
         for job in batch {
             run_sum(order, &job.values, &job.dst);
         }
@@ -152,13 +150,13 @@ pub(crate) fn schedule_compressed_sums(jobs: Vec<CompressedSumJob>, priority: i3
             batch.iter().flat_map(|j| j.residuals.iter().map(|r| r.var()).chain(std::iter::once(j.dst.var()))).collect();
         let work = {
             let batch = Arc::clone(&batch);
-            move || {
+            move |_| {
                 for job in batch.iter() {
                     run_compressed_sum(job);
                 }
             }
         };
-        submit(bytes, &reads, &writes, priority, Box::new(work));
+        submit(bytes, &reads, &writes, priority, work);
     }
 }
 
@@ -194,33 +192,27 @@ pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
         writes.extend(batch.iter().flat_map(|j| j.dsts.iter().map(|d| d.var())));
         let work = {
             let batch = Arc::clone(&batch);
-            move || run_copy_batch(&batch)
+            move |disjoint| run_copy_batch(&batch, disjoint)
         };
-        submit(bytes, &reads, &writes, priority, Box::new(work));
+        submit(bytes, &reads, &writes, priority, work);
     }
 }
 
-/// Whether a batch's arrays can all be locked at once: dense, and no memory written by one
-/// of its copies is read or written by another (reads may repeat). Locks are not re-entrant.
-fn lockable_together(reads: &[&NDArray], writes: &[&NDArray]) -> bool {
-    if reads.iter().chain(writes).any(|a| a.stype() != StorageType::Default) {
-        return false;
-    }
-    let mut written: Vec<usize> = writes.iter().map(|a| a.chunk_id()).collect();
-    written.sort_unstable();
-    let before = written.len();
-    written.dedup();
-    written.len() == before && reads.iter().all(|r| written.binary_search(&r.chunk_id()).is_err())
+/// Whether a batch's arrays can all be locked at once: disjoint (as the engine found when it
+/// registered the batch: no memory written twice, or both read and written; reads may repeat,
+/// and locks are not re-entrant) and dense.
+fn lockable_together(disjoint: bool, reads: &[&NDArray], writes: &[&NDArray]) -> bool {
+    disjoint && reads.iter().chain(writes).all(|a| a.stype() == StorageType::Default)
 }
 
 /// Runs a batch of copies. The usual batch (dense, distinct outputs) takes every lock first,
 /// copies with streaming stores, fences once and then releases: a lock operation waits for
 /// the streamed bytes to reach memory, so locking around each small copy would stall on
 /// every output in turn.
-fn run_copy_batch(batch: &[CopyJob]) {
+fn run_copy_batch(batch: &[CopyJob], disjoint: bool) {
     let reads: Vec<&NDArray> = batch.iter().map(|j| &j.src).collect();
     let writes: Vec<&NDArray> = batch.iter().flat_map(|j| &j.dsts).collect();
-    if !lockable_together(&reads, &writes) {
+    if !lockable_together(disjoint, &reads, &writes) {
         for job in batch {
             run_copies(&job.src, &job.dsts);
         }
