@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::ndarray::{Context, NDArray, StorageType};
 use crate::reduce::SumOrder;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
-use plan::PushGroup;
+use plan::PushPlan;
 use schedule::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, SumJob};
 use entries::Entries;
 use std::ffi::CString;
@@ -162,7 +162,7 @@ impl KVStore {
         let entries = &state.entries;
         let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), &ids, &Self::shown(&state.keys), outs, ignore_sparse)?;
         state.keys.fix_type(&keys);
-        schedule_copies(copies, priority);
+        schedule_copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -197,7 +197,7 @@ impl KVStore {
             (self.schedule_push(&mut state, plan, priority)?, copies)
         };
         self.call_updaters(calls);
-        schedule_copies(copies, priority);
+        schedule_copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -235,7 +235,7 @@ impl KVStore {
             value.schedule_copy_to(&dst, priority);
             state.entries.insert(*id, Entry::new(dst));
         }
-        schedule_copies(copies, priority);
+        schedule_copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -294,18 +294,20 @@ impl KVStore {
     }
 
     /// Schedules the sums of a checked push; returns the updater calls to make, if any.
-    fn schedule_push(&self, state: &mut State, plan: Vec<PushGroup>, priority: i32) -> Result<Vec<UpdaterCall>> {
+    fn schedule_push(&self, state: &mut State, plan: PushPlan, priority: i32) -> Result<Vec<UpdaterCall>> {
         let updaters = self.updaters.read().clone();
         let string_keys = state.keys.key_type() == Some(KeyType::Str);
         let compression = self.active_compression(state);
         let with_updater = updaters.active(string_keys);
-        let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(plan.len()), Vec::new(), Vec::new());
-        for g in plan {
+        let PushPlan { values, groups } = plan;
+        let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::new());
+        for g in groups {
             let entry = state.entries.get_mut(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
+            let vals = &values[g.values.clone()];
             // Where the sum goes: the stored value, or (with an updater) the value handed to
             // it — MXNet hands over a single uncompressed value as it is.
-            let sparse_sum = g.values.iter().all(|v| v.stype() == StorageType::RowSparse);
-            let dst = match (with_updater, g.values.len(), compression) {
+            let sparse_sum = vals.iter().all(|v| v.stype() == StorageType::RowSparse);
+            let dst = match (with_updater, vals.len(), compression) {
                 (false, _, _) => {
                     // As MXNet: a sum of another storage type than the stored value's replaces
                     // it with one of the sum's type (a dense key pushed row_sparse values
@@ -320,7 +322,7 @@ impl KVStore {
                     }
                     entry.stored.clone()
                 }
-                (true, 1, None) => g.values[0].clone(),
+                (true, 1, None) => vals[0].clone(),
                 (true, _, _) if sparse_sum => NDArray::empty_row_sparse(entry.stored.shape(), STORE_CONTEXT, entry.stored.dtype())?,
                 (true, _, _) => entry.merge_buffer()?,
             };
@@ -329,10 +331,10 @@ impl KVStore {
             let recv = with_updater.then(|| dst.clone());
             match compression {
                 Some(gc) => {
-                    let residuals = entry.residuals(g.values.len())?;
-                    compressed.push(CompressedSumJob { values: g.values, residuals, dst, compression: gc });
+                    let residuals = entry.residuals(vals.len())?;
+                    compressed.push(CompressedSumJob { values: vals.to_vec(), residuals, dst, compression: gc });
                 }
-                None if !(with_updater && g.values.len() == 1) => sums.push(SumJob { values: g.values, dst }),
+                None if !(with_updater && vals.len() == 1) => sums.push(SumJob { values: g.values, dst }),
                 None => {}
             }
             if let Some(recv) = recv {
@@ -340,7 +342,7 @@ impl KVStore {
                 calls.push(UpdaterCall { key, recv, local: entry.stored.clone(), updaters: updaters.clone() });
             }
         }
-        schedule_sums(self.sum_order(), sums, priority);
+        schedule_sums(self.sum_order(), values, sums, priority);
         schedule_compressed_sums(compressed, priority);
         Ok(calls)
     }

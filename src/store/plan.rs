@@ -4,44 +4,56 @@
 use super::schedule::CopyJob;
 use crate::error::Result;
 use crate::ndarray::{shape_string, NDArray, StorageType};
+use std::ops::Range;
 use super::entries::Entries;
 
-/// One key of a push: its internal id and the pushed values (in argument order).
+/// One key of a push: its internal id and where its values (in argument order) sit in the
+/// plan's `values`.
 pub(crate) struct PushGroup {
     pub id: i32,
-    pub values: Vec<NDArray>,
+    pub values: Range<usize>,
 }
 
-/// Groups `(id, value)` pairs by id in ascending id order, keeping argument order within a
-/// group. Takes the items by value: cloning arrays costs refcount traffic with the workers.
-pub(crate) fn group<T>(ids: &[i32], items: Vec<T>) -> Vec<(i32, Vec<T>)> {
-    let mut groups: Vec<(i32, Vec<T>)> = Vec::new();
+/// A checked push: every pushed value, grouped by key, and the keys.
+pub(crate) struct PushPlan {
+    pub values: Vec<NDArray>,
+    pub groups: Vec<PushGroup>,
+}
+
+/// Items grouped by id: `items` reordered so that each id's items are contiguous, ids in
+/// ascending order and argument order kept within an id; `runs` gives each id's range. One
+/// vector for all groups: a call may carry thousands of keys, and a vector per key would
+/// cost an allocation each, here and again where the workers free it.
+pub(crate) struct Grouped<T> {
+    pub items: Vec<T>,
+    pub runs: Vec<(i32, Range<usize>)>,
+}
+
+fn runs_of(sorted_ids: &[i32]) -> Vec<(i32, Range<usize>)> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for run in sorted_ids.chunk_by(|a, b| a == b) {
+        runs.push((run[0], start..start + run.len()));
+        start += run.len();
+    }
+    runs
+}
+
+/// Groups `(id, item)` pairs by id; see [`Grouped`]. Takes the items by value: cloning arrays
+/// costs refcount traffic with the workers.
+pub(crate) fn group<T>(ids: &[i32], items: Vec<T>) -> Grouped<T> {
     if ids.windows(2).all(|w| w[0] <= w[1]) {
-        // The usual call lists keys in order: no sort, no moves of the arrays, and each
-        // group's vector is sized once from its run of equal ids.
-        let mut items = items.into_iter();
-        for run in ids.chunk_by(|a, b| a == b) {
-            groups.push((run[0], items.by_ref().take(run.len()).collect()));
-        }
-        return groups;
+        // The usual call lists keys in order: nothing moves.
+        return Grouped { runs: runs_of(ids), items };
     }
-    let mut add = |id: i32, item: T| match groups.last_mut() {
-        Some((last, items_of)) if *last == id => items_of.push(item),
-        _ => groups.push((id, vec![item])),
-    };
-    {
-        // Sort positions, not the items themselves (arrays are several words each).
-        let mut order: Vec<usize> = (0..items.len()).collect();
-        order.sort_by_key(|&i| ids[i]); // stable: argument order within a key
-        let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
-        for i in order {
-            // `order` is a permutation: every slot is still full when its turn comes.
-            if let Some(item) = slots[i].take() {
-                add(ids[i], item);
-            }
-        }
-    }
-    groups
+    // Sort positions, not the items themselves (arrays are several words each).
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| ids[i]); // stable: argument order within a key
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    // `order` is a permutation: every slot is still full when its turn comes.
+    let items: Vec<T> = order.iter().filter_map(|&i| slots[i].take()).collect();
+    let sorted_ids: Vec<i32> = order.iter().map(|&i| ids[i]).collect();
+    Grouped { runs: runs_of(&sorted_ids), items }
 }
 
 /// Fails unless `other` (a pushed value or an output) has the stored value's shape.
@@ -72,13 +84,14 @@ pub(crate) fn plan_push(
     ids: &[i32],
     shown: &dyn Fn(i32) -> String,
     values: Vec<NDArray>,
-) -> Result<Vec<PushGroup>> {
-    let groups = group(ids, values);
-    let mut plan = Vec::with_capacity(groups.len());
-    for (id, vals) in groups {
+) -> Result<PushPlan> {
+    let Grouped { items: values, runs } = group(ids, values);
+    let mut groups = Vec::with_capacity(runs.len());
+    for (id, range) in runs {
         let entry = entries.get(&id).ok_or_else(|| not_inited(&shown(id)))?;
         let stored = &entry.stored;
-        for v in &vals {
+        let vals = &values[range.clone()];
+        for v in vals {
             match v.stype() {
                 StorageType::Default | StorageType::RowSparse => {}
                 other => crate::bail!(
@@ -105,25 +118,25 @@ pub(crate) fn plan_push(
             shown(id),
             vals.len()
         );
-        plan.push(PushGroup { id, values: vals });
+        groups.push(PushGroup { id, values: range });
     }
-    Ok(plan)
+    Ok(PushPlan { values, groups })
 }
 
 /// Checks that a compressed push only carries float32 values, as MXNet requires.
 pub(crate) fn check_compressible(
     compression: Option<crate::compression::GradientCompression>,
     entries: &Entries,
-    plan: &[PushGroup],
+    plan: &PushPlan,
     shown: &dyn Fn(i32) -> String,
 ) -> Result<()> {
     if compression.is_none() {
         return Ok(());
     }
-    for g in plan {
+    for g in &plan.groups {
         let stored = &entries.get(&g.id).ok_or_else(|| not_inited(&shown(g.id)))?.stored;
         crate::ensure!(
-            g.values.iter().all(|v| v.stype() == StorageType::Default),
+            plan.values[g.values.clone()].iter().all(|v| v.stype() == StorageType::Default),
             "gradient compression does not support row_sparse values (key {})",
             shown(g.id)
         );
@@ -137,24 +150,33 @@ pub(crate) fn check_compressible(
     Ok(())
 }
 
-/// Checks a pull and returns the `(stored, output)` copies to make. Sparse outputs are skipped
-/// when `ignore_sparse`, before the key is checked, as in MXNet.
+/// A checked pull: the outputs, grouped by key, and one copy per key from the stored value
+/// into its outputs.
+pub(crate) struct PullPlan {
+    pub outs: Vec<NDArray>,
+    pub copies: Vec<CopyJob>,
+}
+
+/// Checks a pull and returns the copies to make. Sparse outputs are skipped when
+/// `ignore_sparse`, before the key is checked, as in MXNet.
 pub(crate) fn plan_pull(
     lookup: &dyn Fn(i32) -> Option<NDArray>,
     ids: &[i32],
     shown: &dyn Fn(i32) -> String,
     outs: Vec<NDArray>,
     ignore_sparse: bool,
-) -> Result<Vec<CopyJob>> {
-    let groups = group(ids, outs);
-    let mut jobs = Vec::with_capacity(groups.len());
-    for (id, mut outs_of) in groups {
-        outs_of.retain(|o| o.stype() == StorageType::Default || !ignore_sparse);
-        if outs_of.is_empty() {
-            continue;
-        }
+) -> Result<PullPlan> {
+    let skipped = |o: &NDArray| ignore_sparse && o.stype() != StorageType::Default;
+    let Grouped { items: outs, runs } = if outs.iter().any(skipped) {
+        let (ids, outs): (Vec<i32>, Vec<NDArray>) = ids.iter().copied().zip(outs).filter(|(_, o)| !skipped(o)).unzip();
+        group(&ids, outs)
+    } else {
+        group(ids, outs)
+    };
+    let mut copies = Vec::with_capacity(runs.len());
+    for (id, range) in runs {
         let stored = lookup(id).ok_or_else(|| not_inited(&shown(id)))?;
-        for out in &outs_of {
+        for out in &outs[range.clone()] {
             crate::ensure!(
                 out.stype() != StorageType::Csr,
                 "pulling key {} into a csr output is not supported",
@@ -163,9 +185,9 @@ pub(crate) fn plan_pull(
             check_shape(shown, id, &stored, out, "output")?;
         }
         // One job per key: the stored value is read once for all of its outputs.
-        jobs.push(CopyJob { src: stored, dsts: outs_of });
+        copies.push(CopyJob { src: stored, dsts: range });
     }
-    Ok(jobs)
+    Ok(PullPlan { outs, copies })
 }
 
 /// Checks a row_sparse pull and returns the `(stored, output, row ids)` to schedule, with
@@ -235,7 +257,12 @@ mod tests {
     #[test]
     fn groups_are_in_ascending_key_order_and_keep_argument_order() {
         let g = group(&[7, 3, 7, 5, 3], vec!["a", "b", "c", "d", "e"]);
-        assert_eq!(g, vec![(3, vec!["b", "e"]), (5, vec!["d"]), (7, vec!["a", "c"])]);
-        assert!(group::<u8>(&[], vec![]).is_empty());
+        assert_eq!(g.items, vec!["b", "e", "d", "a", "c"]);
+        assert_eq!(g.runs, vec![(3, 0..2), (5, 2..3), (7, 3..5)]);
+        let sorted = group(&[1, 1, 2, 4, 4, 4], vec![10, 11, 20, 40, 41, 42]);
+        assert_eq!(sorted.items, vec![10, 11, 20, 40, 41, 42]);
+        assert_eq!(sorted.runs, vec![(1, 0..2), (2, 2..3), (4, 3..6)]);
+        let empty = group::<u8>(&[], vec![]);
+        assert!(empty.items.is_empty() && empty.runs.is_empty());
     }
 }

@@ -8,6 +8,7 @@ use crate::ndarray::buffer::{typed, typed_mut};
 use crate::ndarray::{NDArray, StorageType};
 use crate::reduce::sparse;
 use crate::reduce::{copy_cast_many, copy_cast_many_unfenced, fence_copies, sum_into, SumOrder};
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Bytes moved per batched op: big enough to amortise an op (registration, and often a worker
@@ -16,9 +17,9 @@ use std::sync::Arc;
 /// KiB 8.0 ms, 1 MiB 5.6-6.6 ms, 4 MiB 5.1-5.5 ms, 8-16 MiB no better; resnet50 unchanged.
 const BATCH_BYTES: usize = 4 << 20;
 
-/// `dst = Σ values` for one key.
+/// `dst = Σ values[range]` for one key, `values` being shared by all of a call's sums.
 pub(crate) struct SumJob {
-    pub values: Vec<NDArray>,
+    pub values: Range<usize>,
     pub dst: NDArray,
 }
 
@@ -30,10 +31,10 @@ pub(crate) struct CompressedSumJob {
     pub compression: GradientCompression,
 }
 
-/// `dsts[i] = src` for one key.
+/// `outs[i] = src` for each `i` in `dsts`, `outs` being shared by all of a call's copies.
 pub(crate) struct CopyJob {
     pub src: NDArray,
-    pub dsts: Vec<NDArray>,
+    pub dsts: Range<usize>,
 }
 
 /// Batches moving at most this many bytes run on the calling thread when they are ready at
@@ -65,17 +66,18 @@ fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize) -> Vec<(usize, Vec<J>)>
     out
 }
 
-/// Schedules the sums and returns at once.
-pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
+/// Schedules the sums of `values` and returns at once.
+pub(crate) fn schedule_sums(order: SumOrder, values: Vec<NDArray>, jobs: Vec<SumJob>, priority: i32) {
+    // Shared with the ops, not cloned: cloning views touches refcounts the workers use too.
+    let values = Arc::new(values);
     for (bytes, batch) in batches(jobs, |j| j.dst.data_byte_len() * (j.values.len() + 1)) {
-        // Shared with the op, not cloned: cloning views touches refcounts the workers use too.
         let batch = Arc::new(batch);
         let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
-        reads.extend(batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())));
+        reads.extend(batch.iter().flat_map(|j| values[j.values.clone()].iter().map(|v| v.var())));
         let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
         let work = {
-            let batch = Arc::clone(&batch);
-            move |disjoint| run_sum_batch(order, &batch, disjoint)
+            let (batch, values) = (Arc::clone(&batch), Arc::clone(&values));
+            move |disjoint| run_sum_batch(order, &values, &batch, disjoint)
         };
         submit(bytes, &reads, &writes, priority, work);
     }
@@ -84,12 +86,12 @@ pub(crate) fn schedule_sums(order: SumOrder, jobs: Vec<SumJob>, priority: i32) {
 /// Runs a batch of sums, the usual batch (dense, sums into distinct memory) under locks all
 /// taken first: lock operations wait for pending stores, and locking around each small sum
 /// would stall on every key in turn (see [`run_copy_batch`]).
-fn run_sum_batch(order: SumOrder, batch: &[SumJob], disjoint: bool) {
-    let reads: Vec<&NDArray> = batch.iter().flat_map(|j| &j.values).collect();
+fn run_sum_batch(order: SumOrder, values: &[NDArray], batch: &[SumJob], disjoint: bool) {
+    let reads: Vec<&NDArray> = batch.iter().flat_map(|j| &values[j.values.clone()]).collect();
     let writes: Vec<&NDArray> = batch.iter().map(|j| &j.dst).collect();
     if !lockable_together(disjoint, &reads, &writes) {
         for job in batch {
-            run_sum(order, &job.values, &job.dst);
+            run_sum(order, &values[job.values.clone()], &job.dst);
         }
         return;
     }
@@ -183,16 +185,17 @@ fn run_compressed_sum(job: &CompressedSumJob) {
     }
 }
 
-/// Schedules the copies and returns at once.
-pub(crate) fn schedule_copies(jobs: Vec<CopyJob>, priority: i32) {
+/// Schedules the copies into `outs` and returns at once.
+pub(crate) fn schedule_copies(outs: Vec<NDArray>, jobs: Vec<CopyJob>, priority: i32) {
+    let outs = Arc::new(outs);
     for (bytes, batch) in batches(jobs, |j| j.src.data_byte_len() * (j.dsts.len() + 1)) {
         let batch = Arc::new(batch);
         let reads: Vec<&Var> = batch.iter().map(|j| j.src.var()).collect();
         let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
-        writes.extend(batch.iter().flat_map(|j| j.dsts.iter().map(|d| d.var())));
+        writes.extend(batch.iter().flat_map(|j| outs[j.dsts.clone()].iter().map(|d| d.var())));
         let work = {
-            let batch = Arc::clone(&batch);
-            move |disjoint| run_copy_batch(&batch, disjoint)
+            let (batch, outs) = (Arc::clone(&batch), Arc::clone(&outs));
+            move |disjoint| run_copy_batch(&outs, &batch, disjoint)
         };
         submit(bytes, &reads, &writes, priority, work);
     }
@@ -209,23 +212,23 @@ fn lockable_together(disjoint: bool, reads: &[&NDArray], writes: &[&NDArray]) ->
 /// copies with streaming stores, fences once and then releases: a lock operation waits for
 /// the streamed bytes to reach memory, so locking around each small copy would stall on
 /// every output in turn.
-fn run_copy_batch(batch: &[CopyJob], disjoint: bool) {
+fn run_copy_batch(outs: &[NDArray], batch: &[CopyJob], disjoint: bool) {
     let reads: Vec<&NDArray> = batch.iter().map(|j| &j.src).collect();
-    let writes: Vec<&NDArray> = batch.iter().flat_map(|j| &j.dsts).collect();
+    let writes: Vec<&NDArray> = batch.iter().flat_map(|j| &outs[j.dsts.clone()]).collect();
     if !lockable_together(disjoint, &reads, &writes) {
         for job in batch {
-            run_copies(&job.src, &job.dsts);
+            run_copies(&job.src, &outs[job.dsts.clone()]);
         }
         return;
     }
     let views: Vec<_> = reads.iter().map(|a| a.read_view()).collect();
     let mut guards: Vec<_> = writes.iter().map(|a| a.write_view()).collect();
     let mut guards = guards.iter_mut();
-    let mut outs: Vec<(crate::ndarray::DType, &mut [u8])> = Vec::new();
+    let mut dsts: Vec<(crate::ndarray::DType, &mut [u8])> = Vec::new();
     for (job, view) in batch.iter().zip(&views) {
-        outs.clear();
-        outs.extend(job.dsts.iter().zip(guards.by_ref()).map(|(d, g)| (d.dtype(), g.bytes_mut())));
-        copy_cast_many_unfenced(job.src.dtype(), view.bytes(), &mut outs);
+        dsts.clear();
+        dsts.extend(outs[job.dsts.clone()].iter().zip(guards.by_ref()).map(|(d, g)| (d.dtype(), g.bytes_mut())));
+        copy_cast_many_unfenced(job.src.dtype(), view.bytes(), &mut dsts);
     }
     fence_copies();
 }
