@@ -10,6 +10,7 @@
  * The first LIB is the baseline of the ratios (put libmxnet.so first). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -186,7 +187,11 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* What a child reports: each measured iteration's seconds, then resident memory. */
-struct report { long rss10, rss_end; };
+struct report { long rss10, rss_end, heap10, heap_end; };
+
+/* Bytes malloc has handed out and not taken back (glibc): unlike RSS, this does not move
+ * with fragmentation or with pages touched once, so it shows a leak plainly. */
+static long heap_kib(void) { return (long)(mallinfo2().uordblks / 1024); }
 
 /* Writes or reads all `n` bytes (pipes may split them). */
 static int full_io(int fd, void *buf, size_t n, int writing) {
@@ -220,16 +225,16 @@ static void child(const char *lib, const char *name, int iters, int warmup, int 
   }
   if (!strcmp(name, "sgd")) CALL(api.set_updater(kv, sgd_updater, NULL));
   double *t = malloc(sizeof(double) * (size_t)iters);
-  long rss10 = -1;
+  long rss10 = -1, heap10 = -1;
   for (int i = -warmup; i < iters; i++) {
     double t0 = now();
     CALL(api.push(kv, (uint32_t)n, keys, vals, 0));
     CALL(api.pull(kv, (uint32_t)n, keys, outs, 0));
     CALL(api.wait_all());
     if (i >= 0) t[i] = now() - t0;
-    if (i == 9) rss10 = rss_kib();
+    if (i == 9) rss10 = rss_kib(), heap10 = heap_kib();
   }
-  struct report r = {rss10, rss_kib()};
+  struct report r = {rss10, rss_kib(), heap10, heap_kib()};
   if (!full_io(fd, t, sizeof(double) * (size_t)iters, 1) || !full_io(fd, &r, sizeof r, 1)) exit(2);
   for (int i = 0; i < n; i++) api.nd_free(vals[i]), api.nd_free(outs[i]);
   api.free_kv(kv);
@@ -356,19 +361,21 @@ int main(int argc, char **argv) {
      * memory bandwidth drifts within seconds, and turns spread that drift over both. */
     int r_count = is_rss ? 1 : rounds, per = (n + r_count - 1) / r_count;
     double values = total_values(), med[8];
-    long rss10[8], rss_end[8];
+    long rss10[8], rss_end[8], heap10[8], heap_end[8];
     double *times[8];
     for (int l = 0; l < nlibs; l++) times[l] = malloc(sizeof(double) * (size_t)(per * r_count));
     for (int r = 0; r < r_count; r++)
       for (int l = 0; l < nlibs; l++) {
         struct report rep;
         if (!measure(libs[l], names[w], per, is_rss ? 10 : warmup, times[l] + r * per, &rep)) return 2;
-        rss10[l] = rep.rss10, rss_end[l] = rep.rss_end;
+        rss10[l] = rep.rss10, rss_end[l] = rep.rss_end, heap10[l] = rep.heap10, heap_end[l] = rep.heap_end;
       }
     for (int l = 0; l < nlibs; l++) med[l] = median(times[l], per * r_count), free(times[l]);
     if (is_rss) {
       printf("%-9s %8.0f", "rss", values);
-      for (int l = 0; l < nlibs; l++) printf("   lib%d RSS %ld KiB after 10 iterations, %ld KiB after %d", l, rss10[l], rss_end[l], n);
+      for (int l = 0; l < nlibs; l++)
+        printf("   lib%d RSS %ld KiB after 10 iterations, %ld KiB after %d (malloc in use %ld -> %ld KiB)", l, rss10[l],
+               rss_end[l], n, heap10[l], heap_end[l]);
       printf("\n");
       continue;
     }
