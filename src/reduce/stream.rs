@@ -136,84 +136,110 @@ pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[
     true
 }
 
+/// A float32 vector register, for the one body of the SSE and AVX2 streaming sums.
 #[cfg(target_arch = "x86_64")]
-fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
-    use std::arch::x86_64::{_mm_add_ps, _mm_loadu_ps, _mm_sfence, _mm_stream_ps};
-    debug_assert!(dst.len() % 4 == 0 && dst.as_ptr() as usize % 16 == 0);
+trait F32Vector: Copy {
+    /// Floats per register.
+    const LANES: usize;
+    /// Loads `LANES` floats from `p` (unaligned).
+    unsafe fn load(p: *const f32) -> Self;
+    /// Lane-wise `self + other`.
+    unsafe fn add(self, other: Self) -> Self;
+    /// Streams the lanes to `p`, aligned to the register's size.
+    unsafe fn stream(self, p: *mut f32);
+}
+
+#[cfg(target_arch = "x86_64")]
+impl F32Vector for std::arch::x86_64::__m128 {
+    const LANES: usize = 4;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller guarantees 4 readable floats at `p`; SSE is part of x86_64.
+        unsafe { std::arch::x86_64::_mm_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, other: Self) -> Self {
+        // SAFETY: register-only; SSE is part of x86_64.
+        unsafe { std::arch::x86_64::_mm_add_ps(self, other) }
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut f32) {
+        // SAFETY: the caller guarantees 4 writable floats at a 16-byte aligned `p`.
+        unsafe { std::arch::x86_64::_mm_stream_ps(p, self) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl F32Vector for std::arch::x86_64::__m256 {
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller guarantees 8 readable floats at `p` and AVX support.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, other: Self) -> Self {
+        // SAFETY: register-only; the caller guarantees AVX support.
+        unsafe { std::arch::x86_64::_mm256_add_ps(self, other) }
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut f32) {
+        // SAFETY: the caller guarantees 8 writable floats at a 32-byte aligned `p` and AVX.
+        unsafe { std::arch::x86_64::_mm256_stream_ps(p, self) }
+    }
+}
+
+/// `dst = Σ srcs[..][offset..]`, `V::LANES` floats at a time, streamed out, then fenced.
+///
+/// # Safety
+/// `dst` must start on a boundary of `V`'s size and hold whole steps of `V::LANES` floats, and
+/// the CPU must support `V`'s instructions.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn stream_sum_lanes<V: F32Vector>(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
+    debug_assert!(dst.len() % V::LANES == 0 && dst.as_ptr() as usize % (4 * V::LANES) == 0);
     let k = srcs.len();
     let src: Vec<&[f32]> = srcs.iter().map(|s| &s[offset..offset + dst.len()]).collect();
     let cpu_comm = order == super::SumOrder::CpuComm;
-    for (j, out) in dst.chunks_exact_mut(4).enumerate() {
-        let i = j * 4;
-        // SAFETY: SSE is part of x86_64. Every source holds at least `dst.len()` elements from
-        // `offset` (checked by the caller), so the 4 floats at `i` are in bounds for each; the
-        // loads are unaligned ones; `out` is 16-byte aligned (the caller aligned the start and
-        // chunks are 16 bytes), as `_mm_stream_ps` requires.
+    for (j, out) in dst.chunks_exact_mut(V::LANES).enumerate() {
+        let i = j * V::LANES;
+        // SAFETY: every source holds at least `dst.len()` floats from `offset` (checked by the
+        // caller), so the `LANES` floats at `i` are in bounds for each; `out` is aligned (the
+        // caller aligned the start and chunks are whole registers); the caller guarantees the
+        // CPU support.
         unsafe {
-            let a = _mm_loadu_ps(src[0].as_ptr().add(i));
-            let b = _mm_loadu_ps(src[1].as_ptr().add(i));
+            let at = |s: usize| V::load(src[s].as_ptr().add(i));
+            let (a, b) = (at(0), at(1));
             let r = match (k, cpu_comm) {
-                (2, _) => _mm_add_ps(a, b),
-                (3, true) => _mm_add_ps(a, _mm_add_ps(b, _mm_loadu_ps(src[2].as_ptr().add(i)))),
-                (3, false) => _mm_add_ps(_mm_add_ps(a, b), _mm_loadu_ps(src[2].as_ptr().add(i))),
-                (_, true) => {
-                    let (c, d) = (_mm_loadu_ps(src[2].as_ptr().add(i)), _mm_loadu_ps(src[3].as_ptr().add(i)));
-                    _mm_add_ps(a, _mm_add_ps(_mm_add_ps(b, c), d))
-                }
-                (_, false) => {
-                    let (c, d) = (_mm_loadu_ps(src[2].as_ptr().add(i)), _mm_loadu_ps(src[3].as_ptr().add(i)));
-                    _mm_add_ps(_mm_add_ps(_mm_add_ps(a, b), c), d)
-                }
+                (2, _) => a.add(b),
+                (3, true) => a.add(b.add(at(2))),
+                (3, false) => a.add(b).add(at(2)),
+                (_, true) => a.add(b.add(at(2)).add(at(3))),
+                (_, false) => a.add(b).add(at(2)).add(at(3)),
             };
-            _mm_stream_ps(out.as_mut_ptr(), r);
+            r.stream(out.as_mut_ptr());
         }
     }
-    // SAFETY: a store fence has no preconditions; it orders the streaming stores before any
-    // later store, so a reader synchronising with this thread sees the data.
-    unsafe { _mm_sfence() };
+    store_fence();
 }
 
-/// [`stream_sum_body`] 8 floats at a time with AVX2, for a 32-byte aligned `dst` of whole
-/// 8-float steps. Same association, so the same bits.
+/// The SSE body of [`stream_sum_f32`] (see [`stream_sum_lanes`]).
+#[cfg(target_arch = "x86_64")]
+fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
+    // SAFETY: SSE is part of x86_64; the caller aligned `dst` to 16 bytes in whole 4-float steps.
+    unsafe { stream_sum_lanes::<std::arch::x86_64::__m128>(order, dst, srcs, offset) }
+}
+
+/// The AVX2 body of [`stream_sum_f32`], for a 32-byte aligned `dst` of whole 8-float steps.
+/// Same association, so the same bits.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn stream_sum_body_avx2(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
-    use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_stream_ps, _mm_sfence};
-    debug_assert!(dst.len() % 8 == 0 && dst.as_ptr() as usize % 32 == 0);
-    let k = srcs.len();
-    let src: Vec<&[f32]> = srcs.iter().map(|s| &s[offset..offset + dst.len()]).collect();
-    let cpu_comm = order == super::SumOrder::CpuComm;
-    for (j, out) in dst.chunks_exact_mut(8).enumerate() {
-        let i = j * 8;
-        // SAFETY: AVX2 is enabled for this function. Every source holds at least `dst.len()`
-        // elements from `offset` (checked by the caller), so the 8 floats at `i` are in
-        // bounds for each; the loads are unaligned ones; `out` is 32-byte aligned (the caller
-        // aligned the start and chunks are 32 bytes), as `_mm256_stream_ps` requires.
-        unsafe {
-            let a = _mm256_loadu_ps(src[0].as_ptr().add(i));
-            let b = _mm256_loadu_ps(src[1].as_ptr().add(i));
-            let r = match (k, cpu_comm) {
-                (2, _) => _mm256_add_ps(a, b),
-                (3, true) => _mm256_add_ps(a, _mm256_add_ps(b, _mm256_loadu_ps(src[2].as_ptr().add(i)))),
-                (3, false) => _mm256_add_ps(_mm256_add_ps(a, b), _mm256_loadu_ps(src[2].as_ptr().add(i))),
-                (_, true) => {
-                    let (c, d) = (_mm256_loadu_ps(src[2].as_ptr().add(i)), _mm256_loadu_ps(src[3].as_ptr().add(i)));
-                    _mm256_add_ps(a, _mm256_add_ps(_mm256_add_ps(b, c), d))
-                }
-                (_, false) => {
-                    let (c, d) = (_mm256_loadu_ps(src[2].as_ptr().add(i)), _mm256_loadu_ps(src[3].as_ptr().add(i)));
-                    _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a, b), c), d)
-                }
-            };
-            _mm256_stream_ps(out.as_mut_ptr(), r);
-        }
-    }
-    // A store fence (safe here: its feature is enabled) orders the streaming stores before
-    // any later store, so a reader synchronising with this thread sees the data.
-    _mm_sfence();
+    // SAFETY: the caller guarantees AVX2 and aligned `dst` to 32 bytes in whole 8-float steps.
+    unsafe { stream_sum_lanes::<std::arch::x86_64::__m256>(order, dst, srcs, offset) }
 }
 
 #[cfg(test)]
