@@ -374,7 +374,7 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         let l = Arc::clone(&log);
         engine().push_batch(&[], &[&var], 0, true, move |_| l.lock().push(1));
-        assert_eq!(*log.lock(), vec![1], "a ready tiny op has run when push_tiny returns");
+        assert_eq!(*log.lock(), vec![1], "a ready tiny op has run when push_batch returns");
         let (l, gate) = (Arc::clone(&log), Arc::new(std::sync::Barrier::new(2)));
         let g = Arc::clone(&gate);
         engine().push(&[], &[&var], 0, Box::new(move || {
