@@ -2,8 +2,10 @@
 # The whole test suite: header freshness, Rust unit tests, the C programs (walkthrough,
 # differential against the reference libmxnet.so, bad input, threads; both again on the
 # x86_64 baseline loops), the header ABI check,
-# the Python proof (the unchanged mxnet 1.9.1 package on both libraries), and the C programs
-# again under AddressSanitizer and valgrind.
+# the Python proof (the unchanged mxnet 1.9.1 package on both libraries), the distributed
+# harness (launcher unit tests; the dist C programs and MXNet's nightly dist scripts on the
+# reference's ps-lite and on libkvstore's MPI stores), and the C programs again under
+# AddressSanitizer and valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,4 +21,12 @@ cargo test --release
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
 KVSTORE_X86_BASELINE=1 cargo test --release --lib --test c_programs
 scripts/python-frontend.sh
+# Distributed stores. The reference legs always run; the libkvstore legs skip, printing why,
+# while libkvstore answers the dist Create with an error.
+# TODO(lead): once the MPI dist store (branch `dist`) is merged, uncomment the next line so the
+# libkvstore legs are required (a skip becomes a failure).
+# export KVSTORE_REQUIRE_DIST=1
+python3 -m unittest discover -s tests/launcher
+scripts/dist-diff
+scripts/dist-python.sh
 bash ctests/run_sanitized.sh

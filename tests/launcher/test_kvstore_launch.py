@@ -1,0 +1,216 @@
+"""Command construction of scripts/kvstore-launch (no process is started).
+
+    python3 -m unittest discover -s tests/launcher
+"""
+
+import importlib.machinery
+import importlib.util
+import io
+import os
+import tempfile
+import unittest
+from contextlib import redirect_stderr, redirect_stdout
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "kvstore-launch")
+
+
+def load_launcher():
+    loader = importlib.machinery.SourceFileLoader("kvstore_launch", SCRIPT)
+    spec = importlib.util.spec_from_loader("kvstore_launch", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+launch = load_launcher()
+
+
+def build(argv, environ=None, uid=1000):
+    return launch.build_command(launch.parser().parse_args(argv), environ=environ or {}, uid=uid)
+
+
+def contexts(cmd):
+    """Splits an MPMD command into (global options, [app context argv])."""
+    first = cmd.index("-np")
+    parts, current = [], []
+    for word in cmd[first:]:
+        if word == ":":
+            parts.append(current)
+            current = []
+        else:
+            current.append(word)
+    parts.append(current)
+    return cmd[:first], parts
+
+
+def exports(context):
+    return [context[i + 1] for i, w in enumerate(context) if w == "-x"]
+
+
+class LocalLauncher(unittest.TestCase):
+    def test_one_mpmd_command_servers_then_workers(self):
+        cmd = build(["-n", "2", "-s", "1", "--launcher", "local", "python3", "train.py", "--kv-store", "dist_sync"])
+        self.assertEqual(cmd[0], "mpirun")
+        self.assertEqual(cmd.count("mpirun"), 1)
+        _, ctx = contexts(cmd)
+        self.assertEqual(len(ctx), 2)
+        server, worker = ctx
+        self.assertEqual(server[:2], ["-np", "1"])
+        self.assertEqual(worker[:2], ["-np", "2"])
+        for c, role in ((server, "server"), (worker, "worker")):
+            i = c.index("env")
+            self.assertEqual(c[i + 1], "DMLC_ROLE=" + role)
+            self.assertEqual(c[-4:], ["python3", "train.py", "--kv-store", "dist_sync"])
+
+    def test_servers_default_to_workers(self):
+        _, ctx = contexts(build(["-n", "3", "--launcher", "local", "./a.out"]))
+        self.assertEqual([c[1] for c in ctx], ["3", "3"])
+        self.assertIn("DMLC_NUM_SERVER=3", exports(ctx[0]))
+
+    def test_zero_servers_has_only_workers(self):
+        cmd = build(["-n", "2", "-s", "0", "./a.out"])
+        _, ctx = contexts(cmd)
+        self.assertNotIn(":", cmd)
+        self.assertEqual(len(ctx), 1)
+        self.assertIn("DMLC_ROLE=worker", ctx[0])
+
+    def test_every_context_gets_counts_and_one_omp_thread(self):
+        _, ctx = contexts(build(["-n", "4", "-s", "2", "./a.out"]))
+        for c in ctx:
+            self.assertEqual(exports(c)[:3], ["DMLC_NUM_WORKER=4", "DMLC_NUM_SERVER=2", "OMP_NUM_THREADS=1"])
+
+    def test_loopback_and_oversubscription(self):
+        opts, _ = contexts(build(["-n", "2", "-s", "1", "./a.out"]))
+        self.assertIn("--oversubscribe", opts)
+        self.assertEqual(opts[opts.index("--bind-to") + 1], "none")
+        self.assertEqual(opts[opts.index("--host") + 1], "localhost:3")
+        mca = {opts[i + 1]: opts[i + 2] for i, w in enumerate(opts) if w == "--mca"}
+        self.assertEqual(mca["btl_tcp_if_include"], "lo")
+        self.assertEqual(mca["oob_tcp_if_include"], "lo")
+        self.assertEqual(mca["btl"], "self,vader,tcp")
+
+    def test_root_needs_allow_run_as_root(self):
+        self.assertIn("--allow-run-as-root", build(["-n", "1", "./a.out"], uid=0))
+        self.assertNotIn("--allow-run-as-root", build(["-n", "1", "./a.out"], uid=1000))
+
+    def test_timeout_goes_to_mpirun(self):
+        opts, _ = contexts(build(["-n", "1", "--timeout", "300", "./a.out"]))
+        self.assertEqual(opts[opts.index("--timeout") + 1], "300")
+        opts, _ = contexts(build(["-n", "1", "./a.out"]))
+        self.assertNotIn("--timeout", opts)
+
+    def test_env_both_spellings_and_forwarding(self):
+        _, ctx = contexts(build(["-n", "1", "-s", "1", "--env", "A:1", "--env", "B=x:y", "--env", "HOME", "./a.out"],
+                                environ={"HOME": "/root"}))
+        for c in ctx:
+            x = exports(c)
+            self.assertIn("A=1", x)
+            self.assertIn("B=x:y", x)
+            self.assertIn("HOME", x)
+
+    def test_user_omp_threads_replaces_default(self):
+        _, ctx = contexts(build(["-n", "1", "--env", "OMP_NUM_THREADS:4", "./a.out"]))
+        x = exports(ctx[-1])
+        self.assertIn("OMP_NUM_THREADS=4", x)
+        self.assertNotIn("OMP_NUM_THREADS=1", x)
+
+    def test_library_paths_forwarded_when_set(self):
+        env = {"MXNET_LIBRARY_PATH": "/abs/libkvstore.so", "LD_LIBRARY_PATH": "/abs"}
+        _, ctx = contexts(build(["-n", "1", "./a.out"], environ=env))
+        self.assertIn("MXNET_LIBRARY_PATH", exports(ctx[0]))
+        self.assertIn("LD_LIBRARY_PATH", exports(ctx[0]))
+        _, ctx = contexts(build(["-n", "1", "./a.out"], environ={}))
+        self.assertNotIn("MXNET_LIBRARY_PATH", exports(ctx[0]))
+
+    def test_role_envs_only_in_their_context(self):
+        _, (server, worker) = contexts(build(
+            ["-n", "1", "-s", "1", "--env-server", "S:1", "--env-worker", "W=2", "./a.out"]))
+        self.assertIn("S=1", server)
+        self.assertNotIn("W=2", server)
+        self.assertIn("W=2", worker)
+        self.assertNotIn("S=1", worker)
+
+    def test_command_arguments_that_look_like_flags_stay_with_the_command(self):
+        cmd = build(["-n", "1", "-s", "0", "python3", "t.py", "--type", "default_cpu", "-n", "5"])
+        self.assertEqual(cmd[-5:], ["t.py", "--type", "default_cpu", "-n", "5"])
+
+
+class HostfileLaunchers(unittest.TestCase):
+    def hostfile(self, text):
+        f = tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False)
+        f.write(text)
+        f.close()
+        self.addCleanup(os.unlink, f.name)
+        return f.name
+
+    def test_mpi_passes_the_hostfile(self):
+        hf = self.hostfile("node1 slots=2\nnode2\n")
+        opts, _ = contexts(build(["-n", "2", "-H", hf, "--launcher", "mpi", "./a.out"]))
+        self.assertEqual(opts[opts.index("--hostfile") + 1], hf)
+        self.assertNotIn("--oversubscribe", opts)
+        self.assertNotIn("lo", opts)
+
+    def test_ssh_reads_launch_py_format(self):
+        hf = self.hostfile("# cluster\nnode1:2222 slots=2\n\nnode2:2222\n")
+        opts, _ = contexts(build(["-n", "2", "-H", hf, "--launcher", "ssh", "./a.out"]))
+        self.assertEqual(opts[opts.index("--host") + 1], "node1:2,node2")
+        self.assertEqual(opts[opts.index("--map-by") + 1], "node")
+        i = opts.index("plm_rsh_args")
+        self.assertEqual(opts[i + 1], "-p 2222")
+
+    def test_hostfile_defaults_to_ssh(self):
+        hf = self.hostfile("node1\n")
+        opts, _ = contexts(build(["-n", "1", "-H", hf, "./a.out"]))
+        self.assertIn("--map-by", opts)
+        self.assertNotIn("plm_rsh_args", opts)
+
+    def test_ssh_with_several_ports_is_refused(self):
+        hf = self.hostfile("a:22\nb:2222\n")
+        with self.assertRaisesRegex(launch.LaunchError, "several ssh ports"):
+            build(["-n", "1", "-H", hf, "./a.out"])
+
+
+class BadInput(unittest.TestCase):
+    def test_ssh_and_mpi_need_a_hostfile(self):
+        for launcher in ("ssh", "mpi"):
+            with self.assertRaisesRegex(launch.LaunchError, "needs a hostfile"):
+                build(["-n", "1", "--launcher", launcher, "./a.out"])
+
+    def test_counts_checked(self):
+        with self.assertRaisesRegex(launch.LaunchError, "num-workers"):
+            build(["-n", "0", "./a.out"])
+        with self.assertRaisesRegex(launch.LaunchError, "num-servers"):
+            build(["-n", "1", "-s", "-1", "./a.out"])
+
+    def test_no_command(self):
+        with self.assertRaisesRegex(launch.LaunchError, "no command"):
+            build(["-n", "1"])
+
+    def test_bad_env(self):
+        with self.assertRaisesRegex(launch.LaunchError, "NAME:VALUE"):
+            build(["-n", "1", "--env", "1BAD:x", "./a.out"])
+        with self.assertRaisesRegex(launch.LaunchError, "not set"):
+            build(["-n", "1", "--env", "SURELY_UNSET_VAR", "./a.out"])
+
+    def test_missing_hostfile(self):
+        with self.assertRaisesRegex(launch.LaunchError, "cannot read hostfile"):
+            build(["-n", "1", "-H", "/nonexistent/hosts", "--launcher", "ssh", "./a.out"])
+
+    def test_main_reports_errors_without_traceback(self):
+        err = io.StringIO()
+        with redirect_stderr(err):
+            rc = launch.main(["-n", "1", "--launcher", "mpi", "./a.out"])
+        self.assertEqual(rc, 2)
+        self.assertIn("kvstore-launch: error: --launcher mpi needs a hostfile", err.getvalue())
+
+    def test_dry_run_prints_a_shell_command(self):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            rc = launch.main(["-n", "1", "-s", "0", "--dry-run", "python3", "-c", "print('a b')"])
+        self.assertEqual(rc, 0)
+        self.assertTrue(out.getvalue().startswith("mpirun "))
+        self.assertIn("'print('\"'\"'a b'\"'\"')'", out.getvalue())
+
+
+if __name__ == "__main__":
+    unittest.main()
