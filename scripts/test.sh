@@ -11,6 +11,8 @@ MXNET_LIBRARY="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
 export MXNET_LIBRARY
 # The differential and ABI tests must not skip here: the reference library is required.
 export KVSTORE_REQUIRE_REFERENCE=1
+# The distributed-store programs run under mpirun and must not skip here either.
+export KVSTORE_REQUIRE_MPI=1
 echo "reference library: $MXNET_LIBRARY"
 
 scripts/gen-header.sh --check

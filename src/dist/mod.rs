@@ -61,6 +61,11 @@ impl DistStore {
     /// Joins the MPI job in this process's role (`DMLC_ROLE`).
     pub fn new(mode: DistMode) -> Result<DistStore> {
         let role = Role::current();
+        let launched = ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"].iter().any(|v| std::env::var_os(v).is_some());
+        crate::ensure!(
+            launched,
+            "distributed stores need an MPI job: start every worker, server (and scheduler) with one mpirun, each with DMLC_ROLE set (no OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE in the environment)"
+        );
         let node = transport::start(role)?;
         check_counts(&node)?;
         Ok(match role {

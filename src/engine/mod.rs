@@ -408,6 +408,27 @@ mod tests {
     }
 
     #[test]
+    fn async_ops_finish_when_their_token_is_dropped() {
+        let var = Var::new();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<AsyncDone>();
+        let l = Arc::clone(&log);
+        engine().push_async(&[], &[&var], 0, move |done| {
+            l.lock().push(1);
+            tx.send(done).unwrap();
+        });
+        let l = Arc::clone(&log);
+        engine().push(&[&var], &[], 0, Box::new(move || l.lock().push(2)));
+        // The async op's work has run, but the op is not finished until its token goes.
+        let done = rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(*log.lock(), vec![1], "a later op ran before the async op finished");
+        std::thread::spawn(move || drop(done)).join().unwrap();
+        engine().wait_to_write(&var);
+        assert_eq!(*log.lock(), vec![1, 2]);
+    }
+
+    #[test]
     fn run_sync_is_ordered_with_scheduled_ops() {
         let var = Var::new();
         let value = Arc::new(AtomicU64::new(0));
