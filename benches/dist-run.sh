@@ -8,7 +8,7 @@
 # Create answers an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
+cargo build --release --quiet --workspace
 mkdir -p target/bench
 reference="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
 cc -std=c11 -O2 -Wall -Wextra -I include benches/distbench.c "$reference" \

@@ -84,7 +84,8 @@ int MXDataIterGetIterInfo(void *creator,
 
  Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
  reduces as MXNet's `device` store; other non-distributed names (`local`, unknown names)
- make a `local` store. Distributed names are refused until that support lands.
+ make a `local` store. Names containing `dist` join the MPI job (started by `mpirun`) in
+ the role `DMLC_ROLE` names; `_async` in the name makes servers apply each push at once.
  Returns: 0, and the new handle in `*out`.
  Ownership: the caller frees the store with `MXKVStoreFree`.
  */
@@ -317,7 +318,8 @@ int MXKVStoreGetType(KVStoreHandle handle,
                      const char **type);
 
 /*
- This worker's rank: 0 for non-distributed stores.
+ This process's rank in its group (workers among workers, servers among servers): 0 for
+ non-distributed stores.
 
  Ownership: `*ret` is written on success.
  */
@@ -325,7 +327,7 @@ int MXKVStoreGetRank(KVStoreHandle handle,
                      int *ret);
 
 /*
- The number of workers: 1 for non-distributed stores.
+ The number of workers (on every role): 1 for non-distributed stores.
 
  Ownership: `*ret` is written on success.
  */
@@ -354,7 +356,8 @@ int MXKVStoreIsServerNode(int *ret);
 int MXKVStoreIsSchedulerNode(int *ret);
 
 /*
- A barrier over all workers: returns at once for non-distributed stores.
+ A barrier over all workers (it does not wait for pending pushes); returns at once for
+ non-distributed stores.
 
  Ownership: none.
  */
@@ -369,8 +372,9 @@ int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle,
                                   int barrier_before_exit);
 
 /*
- Runs a parameter server: returns at once for non-distributed stores (the controller is
- never called).
+ Runs a parameter server until worker 0 stops it (on a scheduler: joins the start and exit
+ barriers); the controller receives command 0 on this thread. Returns at once for
+ non-distributed stores (the controller is never called); -1 on a worker.
 
  Ownership: `controller_handle` is passed back untouched.
  */
@@ -379,7 +383,8 @@ int MXKVStoreRunServer(KVStoreHandle handle,
                        void *controller_handle);
 
 /*
- Sends a command to the servers: nothing to do for non-distributed stores. (The triple `m`
+ Sends a command to every server and returns after each has handled it (0 runs the
+ servers' controllers); nothing to do for non-distributed stores. (The triple `m`
  is MXNet's spelling, kept for ABI compatibility.)
 
  Ownership: `cmd_body` is read during the call only.
@@ -389,7 +394,8 @@ int MXKVStoreSendCommmandToServers(KVStoreHandle handle,
                                    const char *cmd_body);
 
 /*
- The number of dead nodes in the groups of `node_id`: 0 for non-distributed stores.
+ The number of dead nodes in the groups of `node_id`: always 0 (in a distributed job a dead
+ process makes MPI abort the whole job).
 
  Ownership: `*number` is written on success.
  */

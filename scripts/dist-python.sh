@@ -44,7 +44,7 @@ run_reference() {
 
 run_libkvstore() {
   command -v mpirun >/dev/null || { skip_or_fail "mpirun not found (apt-get install openmpi-bin)"; return 0; }
-  cargo build --release --quiet
+  cargo build --release --quiet --workspace
   mkdir -p "$work/probe"
   # Does libkvstore create a dist store at all? (Servers create one on `import mxnet`.)
   if ! MXNET_LIBRARY_PATH="$ours" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 60 \

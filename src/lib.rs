@@ -4,6 +4,7 @@
 //! `ffi` module is the thin `extern "C"` layer that validates arguments and delegates.
 
 pub mod compression;
+pub mod dist;
 pub mod engine;
 pub mod error;
 pub mod ffi;

@@ -75,12 +75,29 @@ impl Var {
 }
 
 type Work = Box<dyn FnOnce() + Send + 'static>;
+type AsyncWork = Box<dyn FnOnce(AsyncDone) + Send + 'static>;
+
+/// The completion of an op scheduled with [`Engine::push_async`]: the op finishes (and the ops
+/// waiting for it may run) when this is dropped, on whichever thread drops it.
+pub struct AsyncDone {
+    op: Option<Arc<Op>>,
+}
+
+impl Drop for AsyncDone {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            engine().finish(&op);
+        }
+    }
+}
 
 /// An operation waiting for its dependencies, then for a worker.
 pub(crate) struct Op {
     /// Dependencies not yet finished, plus one while the op is being registered.
     remaining: AtomicUsize,
     work: Mutex<Option<Work>>,
+    /// The work of an op that finishes later, when its [`AsyncDone`] is dropped.
+    async_work: Mutex<Option<AsyncWork>>,
     priority: i32,
     completion: Arc<Completion>,
 }
@@ -209,6 +226,7 @@ impl Engine {
         let op = Arc::new(Op {
             remaining: AtomicUsize::new(1),
             work: Mutex::new(Some(Box::new(move || work(disjoint)))),
+            async_work: Mutex::new(None),
             priority,
             completion,
         });
@@ -226,6 +244,28 @@ impl Engine {
         } else {
             self.release(op);
         }
+    }
+
+    /// Schedules `work`, which starts something that finishes later (a network round trip):
+    /// the op counts as running until the [`AsyncDone`] handed to `work` is dropped, so later
+    /// ops on its variables wait for that, while the worker thread is free at once.
+    pub fn push_async(&self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(AsyncDone) + Send + 'static) {
+        *self.outstanding.lock() += 1;
+        let (completion, deps, _) = self.register(reads, writes);
+        let op = Arc::new(Op {
+            remaining: AtomicUsize::new(1),
+            work: Mutex::new(None),
+            async_work: Mutex::new(Some(Box::new(work))),
+            priority,
+            completion,
+        });
+        for dep in deps {
+            op.remaining.fetch_add(1, Ordering::AcqRel);
+            if !dep.add_waiter(&op) {
+                op.remaining.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.release(op);
     }
 
     /// Drops one dependency of `op`; the last one makes it ready.
@@ -296,6 +336,13 @@ impl Engine {
 
     /// Runs a ready op, then releases the ops waiting for it.
     fn run(&self, op: Arc<Op>) {
+        let async_work = op.async_work.lock().take();
+        if let Some(work) = async_work {
+            let done = AsyncDone { op: Some(Arc::clone(&op)) };
+            // A panic drops `done`, which finishes the op: later ops must not hang.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || work(done)));
+            return;
+        }
         let work = op.work.lock().take();
         if let Some(work) = work {
             self.running.fetch_add(1, Ordering::Relaxed);
@@ -304,6 +351,11 @@ impl Engine {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
             self.running.fetch_sub(1, Ordering::Relaxed);
         }
+        self.finish(&op);
+    }
+
+    /// Marks `op` finished: releases the ops waiting for it.
+    fn finish(&self, op: &Arc<Op>) {
         for waiter in op.completion.complete() {
             self.release(waiter);
         }
@@ -353,6 +405,27 @@ mod tests {
         let seen = seen.lock();
         assert_eq!(seen.len(), 150);
         assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
+    }
+
+    #[test]
+    fn async_ops_finish_when_their_token_is_dropped() {
+        let var = Var::new();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<AsyncDone>();
+        let l = Arc::clone(&log);
+        engine().push_async(&[], &[&var], 0, move |done| {
+            l.lock().push(1);
+            tx.send(done).unwrap();
+        });
+        let l = Arc::clone(&log);
+        engine().push(&[&var], &[], 0, Box::new(move || l.lock().push(2)));
+        // The async op's work has run, but the op is not finished until its token goes.
+        let done = rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(*log.lock(), vec![1], "a later op ran before the async op finished");
+        std::thread::spawn(move || drop(done)).join().unwrap();
+        engine().wait_to_write(&var);
+        assert_eq!(*log.lock(), vec![1, 2]);
     }
 
     #[test]

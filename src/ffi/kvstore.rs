@@ -20,7 +20,8 @@ use std::os::raw::{c_char, c_int, c_void};
 ///
 /// Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
 /// reduces as MXNet's `device` store; other non-distributed names (`local`, unknown names)
-/// make a `local` store. Distributed names are refused until that support lands.
+/// make a `local` store. Names containing `dist` join the MPI job (started by `mpirun`) in
+/// the role `DMLC_ROLE` names; `_async` in the name makes servers apply each push at once.
 /// Returns: 0, and the new handle in `*out`.
 /// Ownership: the caller frees the store with `MXKVStoreFree`.
 #[no_mangle]
@@ -325,7 +326,8 @@ pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_
     })
 }
 
-/// This worker's rank: 0 for non-distributed stores.
+/// This process's rank in its group (workers among workers, servers among servers): 0 for
+/// non-distributed stores.
 ///
 /// Ownership: `*ret` is written on success.
 #[no_mangle]
@@ -337,7 +339,7 @@ pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_
     })
 }
 
-/// The number of workers: 1 for non-distributed stores.
+/// The number of workers (on every role): 1 for non-distributed stores.
 ///
 /// Ownership: `*ret` is written on success.
 #[no_mangle]
@@ -373,15 +375,13 @@ pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
     ffi_boundary!("MXKVStoreIsSchedulerNode", { runtime::role_is(ret, "scheduler") })
 }
 
-/// A barrier over all workers: returns at once for non-distributed stores.
+/// A barrier over all workers (it does not wait for pending pushes); returns at once for
+/// non-distributed stores.
 ///
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
-    ffi_boundary!("MXKVStoreBarrier", {
-        calls::store(handle)?;
-        Ok(())
-    })
+    ffi_boundary!("MXKVStoreBarrier", { calls::store(handle)?.barrier() })
 }
 
 /// Whether freeing a distributed store waits at a barrier first; recorded, no effect locally.
@@ -395,8 +395,9 @@ pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_b
     })
 }
 
-/// Runs a parameter server: returns at once for non-distributed stores (the controller is
-/// never called).
+/// Runs a parameter server until worker 0 stops it (on a scheduler: joins the start and exit
+/// barriers); the controller receives command 0 on this thread. Returns at once for
+/// non-distributed stores (the controller is never called); -1 on a worker.
 ///
 /// Ownership: `controller_handle` is passed back untouched.
 #[no_mangle]
@@ -405,28 +406,28 @@ pub extern "C" fn MXKVStoreRunServer(
     controller: MXKVStoreServerController,
     controller_handle: *mut c_void,
 ) -> c_int {
-    let _ = (controller, controller_handle);
     ffi_boundary!("MXKVStoreRunServer", {
-        calls::store(handle)?;
-        Ok(())
+        let store = calls::store(handle)?;
+        store.run_server(updater::controller(controller, controller_handle))
     })
 }
 
-/// Sends a command to the servers: nothing to do for non-distributed stores. (The triple `m`
+/// Sends a command to every server and returns after each has handled it (0 runs the
+/// servers' controllers); nothing to do for non-distributed stores. (The triple `m`
 /// is MXNet's spelling, kept for ABI compatibility.)
 ///
 /// Ownership: `cmd_body` is read during the call only.
 #[no_mangle]
 pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: c_int, cmd_body: *const c_char) -> c_int {
-    let _ = cmd_id;
     ffi_boundary!("MXKVStoreSendCommmandToServers", {
-        calls::store(handle)?;
-        args::string(cmd_body, "cmd_body")?;
-        Ok(())
+        let store = calls::store(handle)?;
+        let body = args::string(cmd_body, "cmd_body")?;
+        store.send_command(cmd_id, body.as_bytes())
     })
 }
 
-/// The number of dead nodes in the groups of `node_id`: 0 for non-distributed stores.
+/// The number of dead nodes in the groups of `node_id`: always 0 (in a distributed job a dead
+/// process makes MPI abort the whole job).
 ///
 /// Ownership: `*number` is written on success.
 #[no_mangle]

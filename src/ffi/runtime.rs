@@ -4,9 +4,6 @@
 
 use super::args::Out;
 use crate::error::Result;
-use once_cell::sync::Lazy;
-use parking_lot::RwLock;
-use std::collections::HashMap;
 use std::os::raw::{c_char, c_int};
 
 /// MXNet's version code for 1.9.1: major·10000 + minor·100 + patch.
@@ -55,26 +52,14 @@ pub extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
     })
 }
 
-/// Values given by `MXInitPSEnv`; they take precedence over the process environment.
-static PS_ENV: Lazy<RwLock<HashMap<String, String>>> = Lazy::new(|| RwLock::new(HashMap::new()));
-
 pub(crate) fn set_ps_env(keys: &[&str], vals: &[&str]) {
-    let mut env = PS_ENV.write();
-    for (k, v) in keys.iter().zip(vals) {
-        env.insert((*k).to_string(), (*v).to_string());
-    }
-}
-
-/// A parameter-server setting (`DMLC_*`): `MXInitPSEnv`'s value, else the environment's.
-pub(crate) fn ps_env(name: &str) -> Option<String> {
-    PS_ENV.read().get(name).cloned().or_else(|| std::env::var(name).ok())
+    crate::dist::set_ps_env(keys, vals);
 }
 
 /// Writes 1 to `ret` if this process has `role` (an unset `DMLC_ROLE` means worker).
 pub(crate) fn role_is(ret: *mut c_int, role: &str) -> Result<()> {
     let out = Out::new(ret, "ret")?;
-    let actual = ps_env("DMLC_ROLE").unwrap_or_else(|| "worker".to_string());
-    out.write((actual == role) as c_int);
+    out.write(crate::dist::Role::is(role) as c_int);
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! (recv, local) that it owns and must free, sharing memory with the summed and stored values.
 
 use super::handle;
-use super::types::{MXKVStoreStrUpdater, MXKVStoreUpdater};
+use super::types::{MXKVStoreServerController, MXKVStoreStrUpdater, MXKVStoreUpdater};
 use crate::store::{IntUpdater, StrUpdater};
 use std::os::raw::c_void;
 use std::sync::Arc;
@@ -38,5 +38,16 @@ pub(crate) fn str_updater(f: MXKVStoreStrUpdater, user: *mut c_void) -> Option<S
         let (recv, local) = (handle::new_ndarray(Some(recv)), handle::new_ndarray(Some(local)));
         // SAFETY: as for the int updater; `key` is a NUL-terminated string valid for the call.
         unsafe { f(key.as_ptr(), recv, local, user.ptr()) }
+    }))
+}
+
+/// A server controller calling `f(cmd_id, cmd_body, controller_handle)`, or `None` for NULL.
+pub(crate) fn controller(f: MXKVStoreServerController, user: *mut c_void) -> Option<crate::dist::Controller> {
+    let f = f?;
+    let user = UserData(user as usize);
+    Some(Arc::new(move |id, body| {
+        // SAFETY: `f` is the callback the user passed to RunServer with this signature; `body`
+        // is a NUL-terminated string valid for the call; `user` is the user's own pointer.
+        unsafe { f(id, body.as_ptr(), user.ptr()) }
     }))
 }

@@ -73,6 +73,8 @@ pub struct KVStore {
     // Held across a whole push, updater calls included, so that concurrent pushes cannot
     // overwrite a merge buffer an updater is reading. Re-entrant: an updater may push.
     push_lock: ReentrantMutex<()>,
+    /// A distributed store: every call goes to it.
+    dist: Option<crate::dist::DistStore>,
 }
 
 impl std::fmt::Debug for KVStore {
@@ -85,9 +87,16 @@ impl KVStore {
     /// A store of MXNet type `type_name` (matched lower-cased, as MXNet does).
     pub fn new(type_name: &str) -> Result<KVStore> {
         let lower = type_name.to_lowercase();
-        let kind = StoreKind::from_name(&lower)?;
+        let dist_mode = crate::dist::dist_mode(&lower);
+        let kind = match dist_mode {
+            Some(m) if m.device => StoreKind::Device,
+            Some(_) => StoreKind::Local,
+            None => StoreKind::from_name(&lower)?,
+        };
         let type_name = CString::new(lower).map_err(|_| crate::Error::new("store type contains a NUL byte"))?;
+        let dist = dist_mode.map(crate::dist::DistStore::new).transpose()?;
         Ok(KVStore {
+            dist,
             type_name,
             kind,
             state: Mutex::new(State::default()),
@@ -123,6 +132,9 @@ impl KVStore {
 
     /// Stores deep copies of `values` under new keys.
     pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
+        if let Some(d) = &self.dist {
+            return d.init(keys, values);
+        }
         check_len(&keys, values.len())?;
         let mut state = self.state.lock();
         let mut registry = state.keys.clone();
@@ -139,6 +151,9 @@ impl KVStore {
     /// Sums the values of each key and applies the updater, or stores the sum.
     pub fn push(&self, keys: Keys, values: impl Into<Vec<NDArray>>, priority: i32) -> Result<()> {
         let values = values.into();
+        if let Some(d) = &self.dist {
+            return d.push(keys, values, priority);
+        }
         check_len(&keys, values.len())?;
         let _serial = self.push_lock.lock();
         let calls = {
@@ -156,6 +171,9 @@ impl KVStore {
     /// Copies the stored values into `outs`; sparse outputs are skipped when `ignore_sparse`.
     pub fn pull(&self, keys: Keys, outs: impl Into<Vec<NDArray>>, priority: i32, ignore_sparse: bool) -> Result<()> {
         let outs = outs.into();
+        if let Some(d) = &self.dist {
+            return d.pull(keys, outs, priority, ignore_sparse);
+        }
         check_len(&keys, outs.len())?;
         let mut state = self.state.lock();
         let ids = state.keys.lookup(&keys)?;
@@ -177,6 +195,9 @@ impl KVStore {
         priority: i32,
     ) -> Result<()> {
         let (values, outs) = (values.into(), outs.into());
+        if let Some(d) = &self.dist {
+            return d.push_pull(vkeys, values, okeys, outs, priority);
+        }
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let _serial = self.push_lock.lock();
@@ -211,6 +232,9 @@ impl KVStore {
         priority: i32,
     ) -> Result<()> {
         let outs = outs.into();
+        if let Some(d) = &self.dist {
+            return d.broadcast(vkeys, values, okeys, outs, priority);
+        }
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let mut state = self.state.lock();
@@ -241,11 +265,17 @@ impl KVStore {
 
     /// Installs the updaters (`None` resets to assignment).
     pub fn set_updaters(&self, updaters: Updaters) {
+        if let Some(d) = &self.dist {
+            d.set_updaters(&updaters);
+        }
         *self.updaters.write() = updaters;
     }
 
     /// Installs only the int updater, keeping a string updater set earlier (as MXNet does).
     pub fn set_int_updater(&self, updater: Option<IntUpdater>) {
+        if let Some(d) = &self.dist {
+            d.set_int_updater(updater.clone());
+        }
         self.updaters.write().int = updater;
     }
 
@@ -253,6 +283,9 @@ impl KVStore {
     /// apply it to every push from now on; `local` stores accept it and ignore it, as MXNet's
     /// CommCPU does.
     pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
+        if let Some(d) = &self.dist {
+            return d.set_gradient_compression(params);
+        }
         let gc = GradientCompression::from_params(params)?;
         self.state.lock().compression = Some(gc);
         Ok(())
@@ -266,6 +299,9 @@ impl KVStore {
     /// Pulls the rows `row_ids[i]` (any shape and dtype, unsorted, repeated) of each key into
     /// the row_sparse `outs[i]`: the output's rows are the sorted unique ids, absent rows zero.
     pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
+        if let Some(d) = &self.dist {
+            return d.pull_row_sparse();
+        }
         check_len(&keys, outs.len())?;
         check_len(&keys, row_ids.len())?;
         let mut state = self.state.lock();
@@ -280,17 +316,35 @@ impl KVStore {
 
     /// Records whether freeing a distributed store waits at a barrier (no effect locally).
     pub fn set_barrier_before_exit(&self, barrier: bool) {
+        if let Some(d) = &self.dist {
+            d.set_barrier_before_exit(barrier);
+        }
         self.state.lock().barrier_before_exit = barrier;
     }
 
-    /// Rank of this worker: 0 for local stores.
+    /// Rank of this process in its group: 0 for local stores.
     pub fn rank(&self) -> i32 {
-        0
+        self.dist.as_ref().map_or(0, |d| d.rank())
     }
 
     /// Number of workers: 1 for local stores.
     pub fn group_size(&self) -> i32 {
-        1
+        self.dist.as_ref().map_or(1, |d| d.group_size())
+    }
+
+    /// A barrier over the workers: returns at once for local stores.
+    pub fn barrier(&self) -> Result<()> {
+        self.dist.as_ref().map_or(Ok(()), |d| d.barrier())
+    }
+
+    /// Runs a server until worker 0 stops it: returns at once for local stores.
+    pub fn run_server(&self, controller: Option<crate::dist::Controller>) -> Result<()> {
+        self.dist.as_ref().map_or(Ok(()), |d| d.run_server(controller))
+    }
+
+    /// Sends a command to the servers: nothing to do for local stores.
+    pub fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
+        self.dist.as_ref().map_or(Ok(()), |d| d.send_command(id, body))
     }
 
     /// Schedules the sums of a checked push; returns the updater calls to make, if any.

@@ -1,0 +1,222 @@
+//! libkvstore's MPI transport: a small C ABI over Open MPI, loaded by libkvstore at the first
+//! distributed store so that a program that never makes one never needs MPI.
+//!
+//! What it offers: MPI initialised with `MPI_THREAD_MULTIPLE` on a thread this library owns
+//! (which also finalises it), a private duplicate of the world communicator for messages and
+//! all-node barriers, a communicator per role colour for group barriers, blocking byte sends
+//! with a tag, a receiver thread handing every message to a callback, an all-gather of one
+//! int, and abort. Every function returns 0 on success and a non-zero code otherwise.
+
+use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
+use mpi::topology::{Color, Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use mpi::Threading;
+use std::os::raw::{c_int, c_void};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+/// The version of this C ABI; libkvstore refuses a plugin of another version.
+pub const KVMPI_ABI_VERSION: c_int = 1;
+
+/// The tag of the message a process sends itself to stop its receiver thread.
+const STOP_TAG: i32 = 32000;
+
+/// The communicators, shared by every thread of the process.
+struct Comms {
+    world: SimpleCommunicator,
+    group: SimpleCommunicator,
+}
+
+// SAFETY: MPI was initialised with MPI_THREAD_MULTIPLE (checked in `kvmpi_init`), under which
+// every MPI call may be made from any thread concurrently; the communicator handles are plain
+// identifiers that are only freed at finalize, after every other thread has stopped using them.
+unsafe impl Send for Comms {}
+// SAFETY: as above.
+unsafe impl Sync for Comms {}
+
+static COMMS: OnceLock<Comms> = OnceLock::new();
+
+/// The owner thread (it finalises MPI when told) and the receiver thread.
+struct Threads {
+    finalize: Option<mpsc::Sender<()>>,
+    owner: Option<JoinHandle<()>>,
+    receiver: Option<JoinHandle<()>>,
+}
+
+static THREADS: Mutex<Threads> = Mutex::new(Threads { finalize: None, owner: None, receiver: None });
+
+/// A message callback: `(ctx, source world rank, tag, data, len)`; `data` is valid during the
+/// call only.
+pub type KvmpiReceive = extern "C" fn(*mut c_void, c_int, c_int, *const u8, usize);
+
+fn comms() -> Option<&'static Comms> {
+    COMMS.get()
+}
+
+/// The ABI version of this plugin.
+#[no_mangle]
+pub extern "C" fn kvmpi_abi_version() -> c_int {
+    KVMPI_ABI_VERSION
+}
+
+/// Initialises MPI (`MPI_THREAD_MULTIPLE`) on a thread owned by this library, duplicates the
+/// world communicator and splits it by `color`; writes this process's world rank and size.
+/// Returns 1 if MPI was already initialised by this plugin, 2 if MPI cannot be initialised
+/// or lacks thread support.
+#[no_mangle]
+pub extern "C" fn kvmpi_init(color: c_int, rank: *mut c_int, size: *mut c_int) -> c_int {
+    let mut threads = match THREADS.lock() {
+        Ok(t) => t,
+        Err(_) => return 3,
+    };
+    if COMMS.get().is_some() || threads.owner.is_some() {
+        return 1;
+    }
+    let (ready_tx, ready_rx) = mpsc::channel::<bool>();
+    let (fin_tx, fin_rx) = mpsc::channel::<()>();
+    let owner = std::thread::Builder::new().name("kvstore-mpi-owner".into()).spawn(move || {
+        let Some((universe, threading)) = mpi::initialize_with_threading(Threading::Multiple) else {
+            let _ = ready_tx.send(false);
+            return;
+        };
+        if threading != Threading::Multiple {
+            let _ = ready_tx.send(false);
+            drop(universe);
+            return;
+        }
+        let world = universe.world().duplicate();
+        let group = world.split_by_color(Color::with_value(color.max(0))).unwrap_or_else(|| world.duplicate());
+        let _ = COMMS.set(Comms { world, group });
+        let _ = ready_tx.send(true);
+        // Wait for finalize (or for the library to be unloaded with the process).
+        let _ = fin_rx.recv();
+        // `COMMS` lives in a static: its communicators are never freed, which MPI_Finalize
+        // allows. Dropping the universe finalises MPI on this, the initialising thread.
+        drop(universe);
+    });
+    let Ok(owner) = owner else { return 2 };
+    if ready_rx.recv() != Ok(true) {
+        let _ = owner.join();
+        return 2;
+    }
+    threads.owner = Some(owner);
+    threads.finalize = Some(fin_tx);
+    let Some(c) = comms() else { return 2 };
+    if !rank.is_null() {
+        // SAFETY: the caller passes a valid out-pointer or NULL.
+        unsafe { *rank = c.world.rank() };
+    }
+    if !size.is_null() {
+        // SAFETY: as above.
+        unsafe { *size = c.world.size() };
+    }
+    0
+}
+
+/// Gathers one int from every process into `out` (world-size entries, in world-rank order).
+#[no_mangle]
+pub extern "C" fn kvmpi_allgather_int(value: c_int, out: *mut c_int, n: usize) -> c_int {
+    let Some(c) = comms() else { return 1 };
+    if out.is_null() || n != c.world.size() as usize {
+        return 2;
+    }
+    // SAFETY: `out` points at `n` ints (checked non-null, and `n` is the world size as asked).
+    let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
+    c.world.all_gather_into(&value, out);
+    0
+}
+
+/// Sends `len` bytes at `data` to world rank `dest` with `tag`; returns once the buffer may
+/// be reused. Messages must be under 2 GiB.
+#[no_mangle]
+pub extern "C" fn kvmpi_send(dest: c_int, tag: c_int, data: *const u8, len: usize) -> c_int {
+    let Some(c) = comms() else { return 1 };
+    if dest < 0 || dest >= c.world.size() || len > i32::MAX as usize || (data.is_null() && len > 0) {
+        return 2;
+    }
+    let bytes: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: `data` points at `len` readable bytes for the duration of the call.
+        unsafe { std::slice::from_raw_parts(data, len) }
+    };
+    c.world.process_at_rank(dest).send_with_tag(bytes, tag);
+    0
+}
+
+/// A pointer the receiver thread passes back to the callback untouched.
+struct Ctx(*mut c_void);
+// SAFETY: the caller of `kvmpi_start_receiver` promises that `ctx` may be used from the
+// receiver thread; this library never dereferences it.
+unsafe impl Send for Ctx {}
+
+/// Starts the receiver thread: every message (any source, any tag but the stop tag) is handed
+/// to `callback(ctx, source, tag, data, len)` in arrival order.
+#[no_mangle]
+pub extern "C" fn kvmpi_start_receiver(callback: KvmpiReceive, ctx: *mut c_void) -> c_int {
+    let Some(c) = comms() else { return 1 };
+    let Ok(mut threads) = THREADS.lock() else { return 3 };
+    if threads.receiver.is_some() {
+        return 1;
+    }
+    let ctx = Ctx(ctx);
+    let me = c.world.rank();
+    let spawned = std::thread::Builder::new().name("kvstore-mpi-recv".into()).spawn(move || {
+        let ctx = ctx;
+        loop {
+            let (data, status) = c.world.any_process().matched_probe().matched_receive_vec::<u8>();
+            if status.tag() == STOP_TAG && status.source_rank() == me {
+                return;
+            }
+            callback(ctx.0, status.source_rank(), status.tag(), data.as_ptr(), data.len());
+        }
+    });
+    match spawned {
+        Ok(h) => {
+            threads.receiver = Some(h);
+            0
+        }
+        Err(_) => 2,
+    }
+}
+
+/// A barrier: `group` 0 over every process, 1 over the processes of this one's colour.
+#[no_mangle]
+pub extern "C" fn kvmpi_barrier(group: c_int) -> c_int {
+    let Some(c) = comms() else { return 1 };
+    if group == 0 {
+        c.world.barrier();
+    } else {
+        c.group.barrier();
+    }
+    0
+}
+
+/// Aborts every process of the job with `code`.
+#[no_mangle]
+pub extern "C" fn kvmpi_abort(code: c_int) {
+    if let Some(c) = comms() {
+        c.world.abort(code);
+    }
+    std::process::exit(code);
+}
+
+/// Stops the receiver thread and finalises MPI on the thread that initialised it. Callers
+/// must have finished every send and barrier.
+#[no_mangle]
+pub extern "C" fn kvmpi_finalize() -> c_int {
+    let Some(c) = comms() else { return 1 };
+    let Ok(mut threads) = THREADS.lock() else { return 3 };
+    if let Some(receiver) = threads.receiver.take() {
+        c.world.this_process().send_with_tag(&[0u8][..], STOP_TAG);
+        let _ = receiver.join();
+    }
+    if let Some(fin) = threads.finalize.take() {
+        let _ = fin.send(());
+    }
+    if let Some(owner) = threads.owner.take() {
+        let _ = owner.join();
+    }
+    0
+}

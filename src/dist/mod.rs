@@ -1,0 +1,230 @@
+//! Distributed stores (`dist`, `dist_sync`, `dist_device_sync`, `dist_sync_device`,
+//! `dist_async`): a parameter server over MPI with MXNet 1.9's semantics. MPI lives in the
+//! plugin `libkvstore_mpi.so`, loaded at the first distributed store (`transport`); the roles,
+//! sharding, messages, worker and server logic live here.
+
+pub mod command;
+pub mod names;
+pub mod role;
+mod server;
+pub mod shard;
+mod transport;
+pub mod wire;
+mod worker;
+
+pub use names::{dist_mode, DistMode};
+pub use role::{ps_env, set_ps_env, Role};
+
+use crate::error::Result;
+use crate::ndarray::NDArray;
+use crate::store::{IntUpdater, Keys, Updaters};
+use server::{Scheduler, Server};
+use std::ffi::CStr;
+use std::sync::Arc;
+use worker::Worker;
+
+/// A server's controller: `(command id, command body)`, called on the `RunServer` thread.
+pub type Controller = Arc<dyn Fn(i32, &CStr) + Send + Sync>;
+
+/// A distributed store, by this process's role.
+pub enum DistStore {
+    /// A worker's.
+    Worker(Worker),
+    /// A server's.
+    Server(Server),
+    /// A scheduler's (joins barriers only).
+    Scheduler(Scheduler),
+}
+
+impl std::fmt::Debug for DistStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DistStore::Worker(_) => "DistStore(worker)",
+            DistStore::Server(_) => "DistStore(server)",
+            DistStore::Scheduler(_) => "DistStore(scheduler)",
+        })
+    }
+}
+
+/// Checks `DMLC_NUM_WORKER` / `DMLC_NUM_SERVER`, when set, against the MPI job.
+fn check_counts(node: &transport::Node) -> Result<()> {
+    for (var, role) in [("DMLC_NUM_WORKER", Role::Worker), ("DMLC_NUM_SERVER", Role::Server)] {
+        if let Some(n) = role::env_count(var)? {
+            let actual = node.ranks_of(role).len();
+            crate::ensure!(n == actual, "{var}={n}, but the MPI job has {actual} processes with that role");
+        }
+    }
+    Ok(())
+}
+
+impl DistStore {
+    /// Joins the MPI job in this process's role (`DMLC_ROLE`).
+    pub fn new(mode: DistMode) -> Result<DistStore> {
+        let role = Role::current();
+        let launched = ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"].iter().any(|v| std::env::var_os(v).is_some());
+        crate::ensure!(
+            launched,
+            "distributed stores need an MPI job: start every worker, server (and scheduler) with one mpirun, each with DMLC_ROLE set (no OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE in the environment)"
+        );
+        let node = transport::start(role)?;
+        check_counts(&node)?;
+        Ok(match role {
+            Role::Worker => DistStore::Worker(Worker::start(node, mode)?),
+            Role::Server => DistStore::Server(Server::start(node)?),
+            Role::Scheduler => DistStore::Scheduler(Scheduler::start(node)),
+        })
+    }
+
+    fn worker(&self, what: &str) -> Result<&Worker> {
+        match self {
+            DistStore::Worker(w) => Ok(w),
+            _ => crate::bail!("{what} is for worker processes; this process is a {} (DMLC_ROLE)", self.role_name()),
+        }
+    }
+
+    fn role_name(&self) -> &'static str {
+        match self {
+            DistStore::Worker(_) => "worker",
+            DistStore::Server(_) => "server",
+            DistStore::Scheduler(_) => "scheduler",
+        }
+    }
+
+    /// Init (worker 0 sends, then a worker barrier).
+    pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
+        self.worker("init")?.init(keys, values)
+    }
+
+    /// Push.
+    pub fn push(&self, keys: Keys, values: Vec<NDArray>, priority: i32) -> Result<()> {
+        self.worker("push")?.push(keys, values, priority)
+    }
+
+    /// Pull.
+    pub fn pull(&self, keys: Keys, outs: Vec<NDArray>, priority: i32, ignore_sparse: bool) -> Result<()> {
+        self.worker("pull")?.pull(keys, outs, priority, ignore_sparse)
+    }
+
+    /// Push-pull.
+    pub fn push_pull(&self, vkeys: Keys, values: Vec<NDArray>, okeys: Keys, outs: Vec<NDArray>, priority: i32) -> Result<()> {
+        self.worker("push-pull")?.push_pull(vkeys, values, okeys, outs, priority)
+    }
+
+    /// Broadcast.
+    pub fn broadcast(&self, vkeys: Keys, values: &[NDArray], okeys: Keys, outs: Vec<NDArray>, priority: i32) -> Result<()> {
+        self.worker("broadcast")?.broadcast(vkeys, values, okeys, outs, priority)
+    }
+
+    /// `PullRowSparse`: not yet on distributed stores.
+    pub fn pull_row_sparse(&self) -> Result<()> {
+        self.worker("row_sparse pull")?;
+        crate::bail!("PullRowSparse is not supported by distributed stores yet")
+    }
+
+    /// Installs updaters: on a server, its int updater (MXNet's servers call only that one);
+    /// on a worker they are kept, unused (pushes go to the servers).
+    pub fn set_updaters(&self, updaters: &Updaters) {
+        if let DistStore::Server(s) = self {
+            s.set_updater(updaters.int.clone());
+        }
+    }
+
+    /// Installs the int updater; see [`DistStore::set_updaters`].
+    pub fn set_int_updater(&self, updater: Option<IntUpdater>) {
+        if let DistStore::Server(s) = self {
+            s.set_updater(updater);
+        }
+    }
+
+    /// Gradient compression: recorded by workers, forwarded to the servers by worker 0.
+    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
+        match self {
+            DistStore::Worker(w) => w.set_gradient_compression(params),
+            _ => crate::compression::GradientCompression::from_params(params).map(|_| ()),
+        }
+    }
+
+    /// Rank within this process's group (workers among workers, servers among servers).
+    pub fn rank(&self) -> i32 {
+        match self {
+            DistStore::Worker(w) => w.rank(),
+            DistStore::Server(s) => s.rank(),
+            DistStore::Scheduler(_) => 0,
+        }
+    }
+
+    /// The number of workers, on every role.
+    pub fn group_size(&self) -> i32 {
+        match self {
+            DistStore::Worker(w) => w.group_size(),
+            DistStore::Server(s) => s.group_size(),
+            DistStore::Scheduler(s) => s.group_size(),
+        }
+    }
+
+    /// A barrier over the workers.
+    pub fn barrier(&self) -> Result<()> {
+        self.worker("Barrier")?.barrier();
+        Ok(())
+    }
+
+    /// Whether freeing a worker's store waits at the exit barrier.
+    pub fn set_barrier_before_exit(&self, barrier: bool) {
+        if let DistStore::Worker(w) = self {
+            w.set_barrier_before_exit(barrier);
+        }
+    }
+
+    /// Sends a command to every server; returns after all of them handled it.
+    pub fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
+        self.worker("SendCommmandToServers")?.send_command(id, body)
+    }
+
+    /// Runs the server (or the scheduler's barriers) until worker 0 stops the servers.
+    pub fn run_server(&self, controller: Option<Controller>) -> Result<()> {
+        match self {
+            DistStore::Worker(_) => crate::bail!("RunServer is for server and scheduler processes; this process is a worker (DMLC_ROLE)"),
+            DistStore::Server(s) => s.run(controller),
+            DistStore::Scheduler(s) => s.run(),
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DistStore {
+    fn drop(&mut self) {
+        if let DistStore::Worker(w) = self {
+            w.shutdown();
+        }
+    }
+}
+
+/// Seconds the exit protocol may take before the job is aborted (`KVSTORE_DIST_EXIT_TIMEOUT`,
+/// default 120): a peer that died or never reaches the exit barrier must not hang the job.
+fn exit_timeout() -> std::time::Duration {
+    let secs = std::env::var("KVSTORE_DIST_EXIT_TIMEOUT").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(120);
+    std::time::Duration::from_secs(secs)
+}
+
+/// A guard that aborts the MPI job unless dropped within the exit timeout.
+pub(crate) struct Watchdog {
+    cancel: Option<crossbeam::channel::Sender<()>>,
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.cancel.take();
+    }
+}
+
+pub(crate) fn exit_watchdog(what: &'static str) -> Watchdog {
+    let (tx, rx) = crossbeam::channel::bounded::<()>(0);
+    let timeout = exit_timeout();
+    let spawned = std::thread::Builder::new().name("kvstore-exit-watchdog".into()).spawn(move || {
+        if let Err(crossbeam::channel::RecvTimeoutError::Timeout) = rx.recv_timeout(timeout) {
+            eprintln!("libkvstore: {what} did not finish within {} s (KVSTORE_DIST_EXIT_TIMEOUT); aborting the MPI job", timeout.as_secs());
+            transport::abort_if_running(1);
+        }
+    });
+    Watchdog { cancel: spawned.ok().map(|_| tx) }
+}

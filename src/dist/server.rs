@@ -1,0 +1,352 @@
+//! A server of a distributed store, as MXNet 1.9's `KVStoreDistServer`: it holds one part of
+//! each of its keys as a 1-D array; the first push of a key is its init; in sync mode it sums
+//! one push per worker (in arrival order) and then updates once and answers every push; in
+//! async mode it applies each push at once. Messages are handled on the MPI receiver thread;
+//! updater and controller calls run on the `RunServer` thread (Python needs its main thread),
+//! the receiver waiting for them, as MXNet's `Executor::Exec`.
+
+use super::command::{decode_compression, Command};
+use super::role::Role;
+use super::transport::Node;
+use super::wire::{self, Msg};
+use super::Controller;
+use crate::compression::GradientCompression;
+use crate::engine::engine;
+use crate::error::Result;
+use crate::ndarray::{DType, NDArray};
+use crate::reduce::{copy_cast, sum_into, SumOrder};
+use crate::store::{IntUpdater, STORE_CONTEXT};
+use crossbeam::channel::{unbounded, Receiver, Sender};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Work for the `RunServer` thread.
+enum Job {
+    Update { key: i32, recv: NDArray, stored: NDArray, done: Sender<()> },
+    Control { id: i32, body: CString, done: Sender<()> },
+    Stop,
+}
+
+/// A server's part of a key.
+struct Entry {
+    dtype: DType,
+    /// The value the updater sees: float32 with multi-precision, else the key's dtype.
+    stored: NDArray,
+    /// With multi-precision, the key's-dtype copy that pulls read.
+    stored_dtype: Option<NDArray>,
+    /// The sum of this round's pushes (sync) or the push being applied (async).
+    merged: Option<NDArray>,
+    /// Pushes waiting for the round's update: (world rank, request, wants the value back).
+    requests: Vec<(usize, u64, bool)>,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<i32, Entry>,
+    compression: Option<GradientCompression>,
+    multi_precision: bool,
+}
+
+/// What the receiver thread and `RunServer` share.
+pub struct ServerCore {
+    node: Arc<Node>,
+    num_workers: usize,
+    sync: AtomicBool,
+    state: Mutex<State>,
+    updater: RwLock<Option<IntUpdater>>,
+    controller: RwLock<Option<Controller>>,
+    jobs: (Sender<Job>, Receiver<Job>),
+}
+
+/// A server process's store.
+pub struct Server {
+    core: Arc<ServerCore>,
+    /// Rank among the servers.
+    rank: usize,
+}
+
+/// Reads an array's bytes once pending engine writes (an updater's ops) have finished.
+fn read_now<R>(a: &NDArray, f: impl FnOnce(&[u8]) -> R) -> R {
+    engine().run_sync(&[a.var()], &[], || a.read_bytes(f))
+}
+
+/// Writes an array's bytes once pending engine reads and writes have finished.
+fn write_now<R>(a: &NDArray, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    engine().run_sync(&[], &[a.var()], || a.write_bytes(f))
+}
+
+impl Server {
+    /// A server: it answers messages from now on; updates wait for `RunServer`.
+    pub fn start(node: Arc<Node>) -> Result<Server> {
+        let rank = node.ranks_of(Role::Server).iter().position(|&r| r == node.rank).unwrap_or(0);
+        let core = Arc::new(ServerCore {
+            num_workers: node.ranks_of(Role::Worker).len(),
+            node: Arc::clone(&node),
+            sync: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            updater: RwLock::new(None),
+            controller: RwLock::new(None),
+            jobs: unbounded(),
+        });
+        let c = Arc::clone(&core);
+        node.set_handler(Arc::new(move |source, bytes| c.handle(source, bytes)));
+        Ok(Server { core, rank })
+    }
+
+    /// Rank among the servers.
+    pub fn rank(&self) -> i32 {
+        self.rank as i32
+    }
+
+    /// Number of workers.
+    pub fn group_size(&self) -> i32 {
+        self.core.num_workers as i32
+    }
+
+    /// Installs the updater (re-entrant: the controller may call this from `RunServer`).
+    pub fn set_updater(&self, updater: Option<IntUpdater>) {
+        *self.core.updater.write() = updater;
+    }
+
+    /// Serves until worker 0 sends `StopServer`: the all-node barrier, the job loop (updater
+    /// and controller calls), the final all-node barrier, then MPI is finalised.
+    pub fn run(&self, controller: Option<Controller>) {
+        *self.core.controller.write() = controller;
+        self.core.node.barrier_all();
+        let rx = self.core.jobs.1.clone();
+        while let Ok(job) = rx.recv() {
+            match job {
+                Job::Stop => break,
+                Job::Update { key, recv, stored, done } => {
+                    let updater = self.core.updater.read().clone();
+                    if let Some(u) = updater {
+                        u(key, recv, stored);
+                    }
+                    let _ = done.send(());
+                }
+                Job::Control { id, body, done } => {
+                    let controller = self.core.controller.read().clone();
+                    match controller {
+                        Some(c) => c(id, &body),
+                        None => eprintln!("libkvstore: command {id} for the controller, but RunServer was given none"),
+                    }
+                    let _ = done.send(());
+                }
+            }
+        }
+        let watchdog = super::exit_watchdog("server exit");
+        self.core.node.barrier_all();
+        super::transport::finalize();
+        drop(watchdog);
+    }
+}
+
+impl ServerCore {
+    fn reply(&self, dest: usize, req: u64, result: std::result::Result<&[u8], String>) {
+        let msg = match &result {
+            Ok(data) => wire::encode(&Msg::Reply { req, ok: true, data }),
+            Err(e) => wire::encode(&Msg::Reply { req, ok: false, data: e.as_bytes() }),
+        };
+        self.node.send(dest, &msg);
+    }
+
+    /// Runs `job` on the `RunServer` thread and waits for it.
+    fn exec(&self, make: impl FnOnce(Sender<()>) -> Job) {
+        let (tx, rx) = crossbeam::channel::bounded(1);
+        if self.jobs.0.send(make(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+
+    fn handle(&self, source: usize, bytes: &[u8]) {
+        let msg = match wire::decode(bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("libkvstore: server received a bad message from rank {source}: {e}");
+                return;
+            }
+        };
+        match msg {
+            Msg::Push { req, key, dtype, flags, len, data } => {
+                if let Err(e) = self.push(source, req, key, dtype, flags, len as usize, data) {
+                    self.reply(source, req, Err(e.message().to_string()));
+                }
+            }
+            Msg::Pull { req, key } => {
+                let value = {
+                    let state = self.state.lock();
+                    state.entries.get(&key).map(|e| e.stored_dtype.clone().unwrap_or_else(|| e.stored.clone()))
+                };
+                match value {
+                    Some(v) => read_now(&v, |b| self.reply(source, req, Ok(b))),
+                    None => self.reply(source, req, Err(format!("key {key} has not been inited on this server"))),
+                }
+            }
+            Msg::Command { req, id, body } => {
+                let r = self.command(id, body);
+                self.reply(source, req, r.as_ref().map(|_| &[][..]).map_err(|e| e.message().to_string()));
+            }
+            Msg::HasUpdater { req } => {
+                let has = self.updater.read().is_some() as u8;
+                self.reply(source, req, Ok(&[has]));
+            }
+            Msg::Reply { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
+        }
+    }
+
+    fn command(&self, id: i32, body: &[u8]) -> Result<()> {
+        match Command::from_id(id) {
+            Some(Command::StopServer) => {
+                let _ = self.jobs.0.send(Job::Stop);
+            }
+            Some(Command::SyncMode) => self.sync.store(true, Ordering::SeqCst),
+            Some(Command::SetGradientCompression) => {
+                self.state.lock().compression = decode_compression(&String::from_utf8_lossy(body))?;
+            }
+            Some(Command::SetProfilerParams) => {}
+            Some(Command::SetMultiPrecision) => self.set_multi_precision()?,
+            Some(Command::Controller) => {
+                let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
+                let body = CString::new(&body[..end]).map_err(|_| crate::Error::new("command body"))?;
+                self.exec(|done| Job::Control { id, body, done });
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// MXNet's `CreateMultiPrecisionCopies`: float32 master copies of non-float32 keys.
+    fn set_multi_precision(&self) -> Result<()> {
+        let mut state = self.state.lock();
+        if state.multi_precision {
+            return Ok(());
+        }
+        state.multi_precision = true;
+        for e in state.entries.values_mut() {
+            if e.dtype == DType::Float32 {
+                continue;
+            }
+            crate::ensure!(e.requests.is_empty(), "Multiprecision mode can not be set while pushes are underway");
+            let master = NDArray::zeros(e.stored.shape(), STORE_CONTEXT, DType::Float32)?;
+            read_now(&e.stored, |s| write_now(&master, |d| copy_cast(e.dtype, s, DType::Float32, d)));
+            e.stored_dtype = Some(std::mem::replace(&mut e.stored, master));
+            e.merged = None;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, len: usize, data: &[u8]) -> Result<()> {
+        let dtype = DType::from_code(dtype)?;
+        let mut state = self.state.lock();
+        let mp = state.multi_precision && dtype != DType::Float32;
+        let work_dtype = if mp { DType::Float32 } else { dtype };
+        // The pushed values in the dtype the server works in.
+        let recv: Vec<u8> = if flags & wire::PUSH_COMPRESSED != 0 {
+            let gc = state.compression.ok_or_else(|| crate::Error::new("a compressed push reached a server without compression parameters"))?;
+            crate::ensure!(dtype == DType::Float32, "compressed pushes must be float32");
+            crate::ensure!(data.len() == gc.packed_bytes(len), "compressed push of {} bytes for {len} values", data.len());
+            let mut out = vec![0f32; len];
+            gc.dequantize(data, &mut out);
+            bytemuck::cast_slice(&out).to_vec()
+        } else {
+            crate::ensure!(data.len() == len * dtype.size(), "push of {} bytes for {len} {} values", data.len(), dtype.name());
+            if mp {
+                let mut out = vec![0u8; len * 4];
+                copy_cast(dtype, data, DType::Float32, &mut out);
+                out
+            } else {
+                data.to_vec()
+            }
+        };
+        if !state.entries.contains_key(&key) {
+            // The first push of a key is its init.
+            let stored = NDArray::zeros(&[len], STORE_CONTEXT, work_dtype)?;
+            write_now(&stored, |d| d.copy_from_slice(&recv));
+            let stored_dtype = if mp {
+                let s = NDArray::zeros(&[len], STORE_CONTEXT, dtype)?;
+                write_now(&s, |d| d.copy_from_slice(data));
+                Some(s)
+            } else {
+                None
+            };
+            state.entries.insert(key, Entry { dtype, stored, stored_dtype, merged: None, requests: Vec::new() });
+            drop(state);
+            self.reply(source, req, Ok(&[]));
+            return Ok(());
+        }
+        let sync = self.sync.load(Ordering::SeqCst);
+        let updater = self.updater.read().is_some();
+        let e = state.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        crate::ensure!(e.dtype == dtype && e.stored.size() == len, "key {key}: push of {len} {} values, the key holds {} {}", dtype.name(), e.stored.size(), e.dtype.name());
+        if !sync {
+            crate::ensure!(updater, "Updater needs to be set for async mode (key {key})");
+        }
+        let merged = match &e.merged {
+            Some(m) => m.clone(),
+            None => {
+                let m = NDArray::zeros(&[len], STORE_CONTEXT, work_dtype)?;
+                e.merged = Some(m.clone());
+                m
+            }
+        };
+        if e.requests.is_empty() || !sync {
+            write_now(&merged, |d| d.copy_from_slice(&recv));
+        } else {
+            write_now(&merged, |d| {
+                let prev = d.to_vec();
+                sum_into(work_dtype, SumOrder::Serial, d, &[&prev, &recv]);
+            });
+        }
+        e.requests.push((source, req, flags & wire::PUSH_PULL != 0));
+        if sync && e.requests.len() < self.num_workers {
+            return Ok(());
+        }
+        // The round is complete (or async): update, then answer every push.
+        let (stored, stored_dtype, requests) = (e.stored.clone(), e.stored_dtype.clone(), std::mem::take(&mut e.requests));
+        drop(state);
+        if updater {
+            let (recv, st) = (merged.clone(), stored.clone());
+            self.exec(|done| Job::Update { key, recv, stored: st, done });
+        } else {
+            read_now(&merged, |s| write_now(&stored, |d| d.copy_from_slice(s)));
+        }
+        if let Some(sd) = &stored_dtype {
+            read_now(&stored, |s| write_now(sd, |d| copy_cast(DType::Float32, s, dtype, d)));
+        }
+        let answer = stored_dtype.unwrap_or(stored);
+        read_now(&answer, |value| {
+            for (dest, r, want) in requests {
+                self.reply(dest, r, Ok(if want { value } else { &[] }));
+            }
+        });
+        Ok(())
+    }
+}
+
+/// A scheduler: it only joins the all-node barriers.
+pub struct Scheduler {
+    node: Arc<Node>,
+}
+
+impl Scheduler {
+    /// A scheduler process's store.
+    pub fn start(node: Arc<Node>) -> Scheduler {
+        Scheduler { node }
+    }
+
+    /// Number of workers.
+    pub fn group_size(&self) -> i32 {
+        self.node.ranks_of(Role::Worker).len() as i32
+    }
+
+    /// `RunServer` on the scheduler: the start and final all-node barriers.
+    pub fn run(&self) {
+        self.node.barrier_all();
+        self.node.barrier_all();
+        super::transport::finalize();
+    }
+}

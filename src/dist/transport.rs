@@ -1,0 +1,241 @@
+//! The MPI transport plugin (`libkvstore_mpi.so`), loaded at the first distributed store so
+//! that programs without one never load or initialise MPI. This module is the FFI boundary to
+//! the plugin: the only `unsafe` of the distributed store.
+
+use super::role::Role;
+use crate::error::Result;
+use once_cell::sync::Lazy;
+use parking_lot::{Mutex, RwLock};
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+/// The plugin ABI version this library speaks.
+const ABI_VERSION: c_int = 1;
+/// The tag of every store message.
+pub const DATA_TAG: c_int = 1;
+
+type ReceiveFn = extern "C" fn(*mut c_void, c_int, c_int, *const u8, usize);
+
+/// The plugin's functions.
+struct Plugin {
+    // Kept loaded for the life of the process: the receiver thread runs its code.
+    _lib: libloading::Library,
+    init: unsafe extern "C" fn(c_int, *mut c_int, *mut c_int) -> c_int,
+    allgather_int: unsafe extern "C" fn(c_int, *mut c_int, usize) -> c_int,
+    send: unsafe extern "C" fn(c_int, c_int, *const u8, usize) -> c_int,
+    start_receiver: unsafe extern "C" fn(ReceiveFn, *mut c_void) -> c_int,
+    barrier: unsafe extern "C" fn(c_int) -> c_int,
+    abort: unsafe extern "C" fn(c_int),
+    finalize: unsafe extern "C" fn() -> c_int,
+}
+
+/// Where the plugin is: `KVSTORE_MPI_PLUGIN`, else beside the library holding this code
+/// (or one directory up, for test binaries in `target/*/deps`).
+fn plugin_candidates() -> Vec<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("KVSTORE_MPI_PLUGIN") {
+        return vec![p.into()];
+    }
+    let mut out = Vec::new();
+    let mut info: libc::Dl_info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    let here = plugin_candidates as *const c_void;
+    // SAFETY: dladdr only reads the loader's tables and writes `info`; `dli_fname`, when set,
+    // is a NUL-terminated path owned by the loader, read at once.
+    let found = unsafe { libc::dladdr(here, &mut info) } != 0 && !info.dli_fname.is_null();
+    if found {
+        // SAFETY: checked non-null above; the loader keeps the string alive.
+        let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+        if let Some(dir) = std::path::Path::new(&path).parent() {
+            out.push(dir.join("libkvstore_mpi.so"));
+            if let Some(up) = dir.parent() {
+                out.push(up.join("libkvstore_mpi.so"));
+            }
+        }
+    }
+    out.push("libkvstore_mpi.so".into());
+    out
+}
+
+fn load_plugin() -> Result<Plugin> {
+    // Open MPI loads its components with dlopen and they expect libmpi's symbols global; a
+    // host program (Python) may have loaded us RTLD_LOCAL, so make libmpi global first.
+    for name in ["libmpi.so.40", "libmpi.so"] {
+        // SAFETY: loading Open MPI's library runs only its constructors, which are safe.
+        if let Ok(lib) = unsafe { libloading::os::unix::Library::open(Some(name), libc::RTLD_NOW | libc::RTLD_GLOBAL) } {
+            std::mem::forget(lib);
+            break;
+        }
+    }
+    let mut errors = Vec::new();
+    for path in plugin_candidates() {
+        // SAFETY: the plugin is libkvstore's own library; its initialisers only set statics.
+        match unsafe { libloading::Library::new(&path) } {
+            Ok(lib) => return bind(lib),
+            Err(e) => errors.push(format!("{}: {e}", path.display())),
+        }
+    }
+    crate::bail!(
+        "distributed stores need the MPI transport plugin libkvstore_mpi.so (built by `cargo build --release` beside libkvstore.so; set KVSTORE_MPI_PLUGIN to its path) and Open MPI: {}",
+        errors.join("; ")
+    )
+}
+
+fn bind(lib: libloading::Library) -> Result<Plugin> {
+    macro_rules! sym {
+        ($name:literal) => {
+            // SAFETY: the symbol is declared with this exact signature in mpi-transport/src/lib.rs,
+            // whose ABI version is checked below before any other function is called.
+            *unsafe { lib.get($name) }.map_err(|e| crate::Error::new(format!("MPI plugin: {e}")))?
+        };
+    }
+    let version: unsafe extern "C" fn() -> c_int = sym!(b"kvmpi_abi_version\0");
+    // SAFETY: a plain function without arguments.
+    let v = unsafe { version() };
+    crate::ensure!(v == ABI_VERSION, "MPI plugin has ABI version {v}, libkvstore needs {ABI_VERSION}");
+    Ok(Plugin {
+        init: sym!(b"kvmpi_init\0"),
+        allgather_int: sym!(b"kvmpi_allgather_int\0"),
+        send: sym!(b"kvmpi_send\0"),
+        start_receiver: sym!(b"kvmpi_start_receiver\0"),
+        barrier: sym!(b"kvmpi_barrier\0"),
+        abort: sym!(b"kvmpi_abort\0"),
+        finalize: sym!(b"kvmpi_finalize\0"),
+        _lib: lib,
+    })
+}
+
+/// What a process receives messages with: `(source world rank, bytes)`.
+pub type Handler = Arc<dyn Fn(usize, &[u8]) + Send + Sync>;
+
+static HANDLER: Lazy<RwLock<Option<Handler>>> = Lazy::new(|| RwLock::new(None));
+
+extern "C" fn on_message(_ctx: *mut c_void, source: c_int, _tag: c_int, data: *const u8, len: usize) {
+    let bytes: &[u8] = if len == 0 || data.is_null() {
+        &[]
+    } else {
+        // SAFETY: the plugin passes `len` bytes at `data`, valid for this call.
+        unsafe { std::slice::from_raw_parts(data, len) }
+    };
+    let handler = HANDLER.read().clone();
+    if let Some(h) = handler {
+        // A panic must not unwind into the plugin's thread.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(source.max(0) as usize, bytes)));
+    }
+}
+
+/// This process's place in the MPI job.
+pub struct Node {
+    plugin: Plugin,
+    /// World rank.
+    pub rank: usize,
+    /// The role of every world rank.
+    pub roles: Vec<Role>,
+    // One send at a time per destination keeps a big message from interleaving with nothing:
+    // MPI orders messages between a pair anyway; this lock only serialises the plugin calls
+    // of one process, which MPI_THREAD_MULTIPLE would allow but buys nothing on loopback.
+    send_lock: Mutex<()>,
+}
+
+enum State {
+    NotStarted,
+    Running(Arc<Node>),
+    Finalized,
+}
+
+static NODE: Lazy<Mutex<State>> = Lazy::new(|| Mutex::new(State::NotStarted));
+
+/// Starts MPI for this process (first call) and returns the node. `role` must be the same on
+/// every call.
+pub fn start(role: Role) -> Result<Arc<Node>> {
+    let mut state = NODE.lock();
+    match &*state {
+        State::Running(n) => return Ok(Arc::clone(n)),
+        State::Finalized => crate::bail!("MPI has been finalized in this process: a distributed store can be created once per process"),
+        State::NotStarted => {}
+    }
+    let plugin = load_plugin()?;
+    let (mut rank, mut size) = (0, 0);
+    // SAFETY: valid out-pointers.
+    let rc = unsafe { (plugin.init)(role.code(), &mut rank, &mut size) };
+    crate::ensure!(rc == 0, "MPI could not be initialised with MPI_THREAD_MULTIPLE (code {rc}): start the program with mpirun");
+    let mut codes = vec![0 as c_int; size.max(0) as usize];
+    // SAFETY: `codes` holds world-size ints.
+    let rc = unsafe { (plugin.allgather_int)(role.code(), codes.as_mut_ptr(), codes.len()) };
+    crate::ensure!(rc == 0, "MPI all-gather of the roles failed (code {rc})");
+    let roles = codes.iter().map(|&c| Role::from_code(c).unwrap_or(Role::Worker)).collect();
+    // SAFETY: `on_message` has the callback signature; the context is unused.
+    let rc = unsafe { (plugin.start_receiver)(on_message, std::ptr::null_mut()) };
+    crate::ensure!(rc == 0, "the MPI receiver thread could not start (code {rc})");
+    let node = Arc::new(Node { plugin, rank: rank.max(0) as usize, roles, send_lock: Mutex::new(()) });
+    *state = State::Running(Arc::clone(&node));
+    Ok(node)
+}
+
+impl Node {
+    /// Installs what handles incoming messages.
+    pub fn set_handler(&self, handler: Handler) {
+        *HANDLER.write() = Some(handler);
+    }
+
+    /// The world ranks of `role`, in world-rank order (a role's group rank is its index).
+    pub fn ranks_of(&self, role: Role) -> Vec<usize> {
+        self.roles.iter().enumerate().filter(|(_, r)| **r == role).map(|(i, _)| i).collect()
+    }
+
+    /// Sends `bytes` to world rank `dest`; a failure aborts the job (a lost message would hang
+    /// it instead).
+    pub fn send(&self, dest: usize, bytes: &[u8]) {
+        let _one = self.send_lock.lock();
+        // SAFETY: `bytes` is valid for the call.
+        let rc = unsafe { (self.plugin.send)(dest as c_int, DATA_TAG, bytes.as_ptr(), bytes.len()) };
+        if rc != 0 {
+            eprintln!("libkvstore: MPI send of {} bytes to rank {dest} failed (code {rc}); aborting the job", bytes.len());
+            self.abort(1);
+        }
+    }
+
+    /// A barrier over every process of the job.
+    pub fn barrier_all(&self) {
+        // SAFETY: a plain call.
+        unsafe { (self.plugin.barrier)(0) };
+    }
+
+    /// A barrier over the processes of this one's role.
+    pub fn barrier_group(&self) {
+        // SAFETY: a plain call.
+        unsafe { (self.plugin.barrier)(1) };
+    }
+
+    /// Aborts the whole job.
+    pub fn abort(&self, code: i32) -> ! {
+        // SAFETY: a plain call; it does not return.
+        unsafe { (self.plugin.abort)(code) };
+        std::process::exit(code)
+    }
+}
+
+/// Stops the receiver and finalises MPI; later distributed stores are refused.
+pub fn finalize() {
+    let mut state = NODE.lock();
+    if let State::Running(node) = &*state {
+        *HANDLER.write() = None;
+        // SAFETY: a plain call; every send and barrier of this process has returned.
+        unsafe { (node.plugin.finalize)() };
+        *state = State::Finalized;
+    }
+}
+
+/// Aborts the job if MPI is running (for the exit watchdog).
+pub fn abort_if_running(code: i32) {
+    let node = match &*NODE.lock() {
+        State::Running(n) => Some(Arc::clone(n)),
+        _ => None,
+    };
+    if let Some(n) = node {
+        n.abort(code);
+    }
+}

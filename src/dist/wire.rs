@@ -1,0 +1,154 @@
+//! The messages between workers and servers: a kind byte, fixed little-endian fields, then the
+//! payload. Decoding borrows the payload from the received buffer.
+
+use crate::error::Result;
+
+/// A push carries the first value of a key: the server stores it (MXNet: the first push of
+/// an unknown key is its init).
+pub const PUSH_INIT: u8 = 1;
+/// The pusher wants the updated part back (push-pull: one round trip).
+pub const PUSH_PULL: u8 = 2;
+/// The payload is 2-bit (or 1-bit) packed.
+pub const PUSH_COMPRESSED: u8 = 4;
+
+/// A message.
+#[derive(Debug, PartialEq)]
+pub enum Msg<'a> {
+    /// Worker to server: a part of a key's value.
+    Push { req: u64, key: i32, dtype: i32, flags: u8, len: u64, data: &'a [u8] },
+    /// Worker to server: send the stored part back.
+    Pull { req: u64, key: i32 },
+    /// Worker to server: a command (`Command` ids, or any other number).
+    Command { req: u64, id: i32, body: &'a [u8] },
+    /// Worker to server: answer 1 if an updater is set.
+    HasUpdater { req: u64 },
+    /// Server to worker: the answer to request `req`; `ok` false carries an error message.
+    Reply { req: u64, ok: bool, data: &'a [u8] },
+}
+
+const PUSH: u8 = 1;
+const PULL: u8 = 2;
+const COMMAND: u8 = 3;
+const HAS_UPDATER: u8 = 4;
+const REPLY: u8 = 5;
+
+/// A push's header, before its payload: the sender appends the payload itself, so a big part
+/// is copied once into the message.
+pub fn push_header(req: u64, key: i32, dtype: i32, flags: u8, len: u64, payload: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(26 + payload);
+    m.push(PUSH);
+    m.extend_from_slice(&req.to_le_bytes());
+    m.extend_from_slice(&key.to_le_bytes());
+    m.extend_from_slice(&dtype.to_le_bytes());
+    m.push(flags);
+    m.extend_from_slice(&len.to_le_bytes());
+    m
+}
+
+/// Encodes `msg`.
+pub fn encode(msg: &Msg) -> Vec<u8> {
+    match msg {
+        Msg::Push { req, key, dtype, flags, len, data } => {
+            let mut m = push_header(*req, *key, *dtype, *flags, *len, data.len());
+            m.extend_from_slice(data);
+            m
+        }
+        Msg::Pull { req, key } => {
+            let mut m = vec![PULL];
+            m.extend_from_slice(&req.to_le_bytes());
+            m.extend_from_slice(&key.to_le_bytes());
+            m
+        }
+        Msg::Command { req, id, body } => {
+            let mut m = vec![COMMAND];
+            m.extend_from_slice(&req.to_le_bytes());
+            m.extend_from_slice(&id.to_le_bytes());
+            m.extend_from_slice(body);
+            m
+        }
+        Msg::HasUpdater { req } => {
+            let mut m = vec![HAS_UPDATER];
+            m.extend_from_slice(&req.to_le_bytes());
+            m
+        }
+        Msg::Reply { req, ok, data } => {
+            let mut m = Vec::with_capacity(10 + data.len());
+            m.push(REPLY);
+            m.extend_from_slice(&req.to_le_bytes());
+            m.push(*ok as u8);
+            m.extend_from_slice(data);
+            m
+        }
+    }
+}
+
+/// A cursor over a message's bytes.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        crate::ensure!(self.bytes.len() >= n, "truncated message");
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u64(&mut self) -> Result<u64> {
+        let b = self.take(8)?;
+        Ok(u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+    }
+    fn i32(&mut self) -> Result<i32> {
+        let b = self.take(4)?;
+        Ok(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+/// Decodes a message.
+pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
+    let mut r = Reader { bytes };
+    Ok(match r.u8()? {
+        PUSH => {
+            let (req, key, dtype, flags, len) = (r.u64()?, r.i32()?, r.i32()?, r.u8()?, r.u64()?);
+            Msg::Push { req, key, dtype, flags, len, data: r.bytes }
+        }
+        PULL => Msg::Pull { req: r.u64()?, key: r.i32()? },
+        COMMAND => {
+            let (req, id) = (r.u64()?, r.i32()?);
+            Msg::Command { req, id, body: r.bytes }
+        }
+        HAS_UPDATER => Msg::HasUpdater { req: r.u64()? },
+        REPLY => {
+            let (req, ok) = (r.u64()?, r.u8()? != 0);
+            Msg::Reply { req, ok, data: r.bytes }
+        }
+        other => crate::bail!("unknown message kind {other}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let data = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        let msgs = [
+            Msg::Push { req: 7, key: -3, dtype: 2, flags: PUSH_INIT | PUSH_PULL, len: 4, data: &data },
+            Msg::Pull { req: u64::MAX, key: 12 },
+            Msg::Command { req: 1, id: 0, body: b"hello" },
+            Msg::HasUpdater { req: 9 },
+            Msg::Reply { req: 3, ok: false, data: b"no" },
+            Msg::Reply { req: 4, ok: true, data: &[] },
+        ];
+        for m in &msgs {
+            assert_eq!(&decode(&encode(m)).unwrap(), m);
+        }
+        assert!(decode(&[]).is_err());
+        assert!(decode(&[PULL, 1, 2]).is_err());
+        assert!(decode(&[99]).is_err());
+    }
+}

@@ -1,0 +1,548 @@
+//! A worker of a distributed store: keys are sharded over the servers; a push sends each part
+//! to its server and completes when the server answers (in sync mode: after the round's
+//! update); a pull asks every part's server and completes when all parts have arrived. Both
+//! are engine ops on the key's buffer, so a pull runs after this worker's earlier push.
+
+use super::command::{encode_compression, Command};
+use super::names::DistMode;
+use super::role::Role;
+use super::shard::{self, Part};
+use super::transport::Node;
+use super::wire::{self, Msg};
+use crate::compression::GradientCompression;
+use crate::engine::{engine, AsyncDone};
+use crate::error::Result;
+use crate::ndarray::{shape_string, DType, NDArray, StorageType};
+use crate::reduce::{sum_into, SumOrder};
+use crate::store::{KeyRegistry, KeyType, Keys, STORE_CONTEXT};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A key as this worker knows it.
+struct KeyMeta {
+    shape: Vec<usize>,
+    dtype: DType,
+    /// The key's buffer: pulls land here; every push and pull of the key writes it, which
+    /// orders them.
+    comm: NDArray,
+    /// The element parts, one per server holding some of the key.
+    parts: Vec<Part>,
+    /// Gradient-compression residual of the merged value (one per key, as MXNet's workers).
+    residual: Arc<Mutex<Vec<f32>>>,
+}
+
+/// A request waiting for its servers' answers.
+struct Pending {
+    remaining: AtomicUsize,
+    /// Finishes the engine op when dropped.
+    done: Mutex<Option<AsyncDone>>,
+    /// Where answered bytes go (pulls, push-pulls).
+    target: Option<NDArray>,
+    errors: Mutex<Vec<String>>,
+    answers: Mutex<Vec<Vec<u8>>>,
+    finished: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Pending {
+    fn new(parts: usize, done: Option<AsyncDone>, target: Option<NDArray>) -> Arc<Pending> {
+        Arc::new(Pending {
+            remaining: AtomicUsize::new(parts),
+            done: Mutex::new(done),
+            target,
+            errors: Mutex::new(Vec::new()),
+            answers: Mutex::new(Vec::new()),
+            finished: Mutex::new(parts == 0),
+            wake: Condvar::new(),
+        })
+    }
+
+    fn wait(&self) {
+        let mut f = self.finished.lock();
+        while !*f {
+            self.wake.wait(&mut f);
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    keys: KeyRegistry,
+    meta: HashMap<i32, KeyMeta>,
+    compression: Option<GradientCompression>,
+    barrier_before_exit: bool,
+    /// dist_async: every server has answered that it has an updater.
+    servers_update: bool,
+}
+
+/// A worker process's store.
+pub struct Worker {
+    node: Arc<Node>,
+    mode: DistMode,
+    /// Rank among the workers.
+    rank: usize,
+    num_workers: usize,
+    /// World ranks of the servers, by server rank.
+    servers: Vec<usize>,
+    bound: usize,
+    state: Mutex<State>,
+    pending: Arc<Mutex<HashMap<u64, (Arc<Pending>, usize)>>>,
+    next_req: AtomicU64,
+}
+
+impl Worker {
+    /// Joins the job: the all-node barrier of MXNet's worker constructor; then rank 0 puts the
+    /// servers in sync mode unless the name says `_async`.
+    pub fn start(node: Arc<Node>, mode: DistMode) -> Result<Worker> {
+        let workers = node.ranks_of(Role::Worker);
+        let servers = node.ranks_of(Role::Server);
+        crate::ensure!(!servers.is_empty(), "a distributed store needs at least one server process (DMLC_ROLE=server) in the MPI job");
+        let rank = workers.iter().position(|&r| r == node.rank).unwrap_or(0);
+        let pending: Arc<Mutex<HashMap<u64, (Arc<Pending>, usize)>>> = Arc::new(Mutex::new(HashMap::new()));
+        let p = Arc::clone(&pending);
+        node.set_handler(Arc::new(move |_source, bytes| on_reply(&p, bytes)));
+        let worker = Worker {
+            num_workers: workers.len(),
+            node,
+            mode,
+            rank,
+            servers,
+            bound: shard::bigarray_bound(),
+            state: Mutex::new(State { barrier_before_exit: true, ..State::default() }),
+            pending,
+            next_req: AtomicU64::new(1),
+        };
+        worker.node.barrier_all();
+        if mode.sync && rank == 0 {
+            worker.send_command(Command::SyncMode.id(), b"")?;
+        }
+        Ok(worker)
+    }
+
+    /// Rank among the workers.
+    pub fn rank(&self) -> i32 {
+        self.rank as i32
+    }
+
+    /// Number of workers.
+    pub fn group_size(&self) -> i32 {
+        self.num_workers as i32
+    }
+
+    fn sum_order(&self) -> SumOrder {
+        if self.mode.device {
+            SumOrder::Serial
+        } else {
+            SumOrder::CpuComm
+        }
+    }
+
+    fn shown(keys: &KeyRegistry, id: i32) -> String {
+        match keys.key_type() {
+            Some(KeyType::Str) => keys.name(id).map_or(id.to_string(), |n| n.to_string_lossy().into_owned()),
+            _ => id.to_string(),
+        }
+    }
+
+    /// Registers a request of `parts` answers.
+    fn register(&self, pending: &Arc<Pending>, offsets: &[usize]) -> Vec<u64> {
+        let mut map = self.pending.lock();
+        offsets
+            .iter()
+            .map(|&off| {
+                let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+                map.insert(req, (Arc::clone(pending), off));
+                req
+            })
+            .collect()
+    }
+
+    /// Sends command `id` to every server and waits for all of them to have handled it.
+    pub fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
+        let pending = Pending::new(self.servers.len(), None, None);
+        let reqs = self.register(&pending, &vec![0; self.servers.len()]);
+        for (&server, req) in self.servers.iter().zip(reqs) {
+            self.node.send(server, &wire::encode(&Msg::Command { req, id, body }));
+        }
+        pending.wait();
+        let errors = pending.errors.lock();
+        crate::ensure!(errors.is_empty(), "a server failed command {id}: {}", errors.join("; "));
+        Ok(())
+    }
+
+    /// dist_async: refuses pushes until every server has an updater (MXNet's servers abort).
+    fn check_servers_update(&self) -> Result<()> {
+        if self.mode.sync || self.state.lock().servers_update {
+            return Ok(());
+        }
+        let pending = Pending::new(self.servers.len(), None, None);
+        let reqs = self.register(&pending, &vec![0; self.servers.len()]);
+        for (&server, req) in self.servers.iter().zip(reqs) {
+            self.node.send(server, &wire::encode(&Msg::HasUpdater { req }));
+        }
+        pending.wait();
+        let all = pending.answers.lock().iter().all(|a| a.first() == Some(&1));
+        crate::ensure!(
+            all,
+            "dist_async pushes need an updater on every server (set the optimizer first): the servers would have nothing to apply the push with"
+        );
+        self.state.lock().servers_update = true;
+        Ok(())
+    }
+
+    /// Registers keys; worker 0 sends its values (uncompressed) to the servers and waits; then
+    /// a barrier of all workers, as MXNet's `InitImpl`.
+    pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
+        crate::ensure!(keys.len() == values.len(), "{} keys but {} values", keys.len(), values.len());
+        let mut comms = Vec::new();
+        {
+            let mut state = self.state.lock();
+            let mut registry = state.keys.clone();
+            let ids = registry.register(&keys)?;
+            let mut seen = std::collections::HashSet::new();
+            for (i, (id, v)) in ids.iter().zip(values).enumerate() {
+                crate::ensure!(seen.insert(*id), "key {} appears twice in one init", keys.display(i));
+                crate::ensure!(!state.meta.contains_key(id), "key {} has been inited already", keys.display(i));
+                crate::ensure!(
+                    v.stype() == StorageType::Default,
+                    "key {}: distributed stores hold dense values only (row_sparse values are not supported yet)",
+                    keys.display(i)
+                );
+            }
+            let compression = state.compression;
+            for (id, v) in ids.iter().zip(values) {
+                let n = v.size();
+                let parts = match compression {
+                    Some(gc) => {
+                        let factor = if gc.packed_bytes(16) == 4 { 16 } else { 32 };
+                        shard::compressed_parts(*id, n, gc.packed_bytes(n) / 4, factor, self.servers.len(), self.bound).1
+                    }
+                    None => shard::dense_parts(*id, n, self.servers.len(), self.bound),
+                };
+                let comm = NDArray::zeros(v.shape(), STORE_CONTEXT, v.dtype())?;
+                comms.push((*id, v.clone(), comm.clone(), parts.clone()));
+                let meta = KeyMeta {
+                    shape: v.shape().to_vec(),
+                    dtype: v.dtype(),
+                    comm,
+                    parts,
+                    residual: Arc::new(Mutex::new(Vec::new())),
+                };
+                state.meta.insert(*id, meta);
+            }
+            registry.fix_type(&keys);
+            state.keys = registry;
+        }
+        if self.rank == 0 {
+            for (id, value, comm, parts) in &comms {
+                self.schedule_push(*id, vec![value.clone()], comm, parts, None, wire::PUSH_INIT, 0, Arc::new(Mutex::new(Vec::new())));
+            }
+            for (_, _, comm, _) in &comms {
+                comm.wait_to_write();
+            }
+        }
+        self.node.barrier_group();
+        Ok(())
+    }
+
+    /// Looks up keys and checks values against them; returns, per unique key in ascending
+    /// order, its id and the positions of its values.
+    fn group(&self, state: &State, keys: &Keys, values: &[NDArray], what: &str) -> Result<BTreeMap<i32, Vec<usize>>> {
+        crate::ensure!(keys.len() == values.len(), "{} keys but {} values", keys.len(), values.len());
+        let ids = state.keys.lookup(keys)?;
+        let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        for (i, (id, v)) in ids.iter().zip(values).enumerate() {
+            let Some(meta) = state.meta.get(id) else { crate::bail!("key {} has not been inited", keys.display(i)) };
+            crate::ensure!(
+                v.stype() == StorageType::Default,
+                "key {}: {what} of row_sparse values is not supported by distributed stores yet",
+                Self::shown(&state.keys, *id)
+            );
+            crate::ensure!(
+                v.shape() == meta.shape.as_slice(),
+                "key {}: {what} shape {} differs from the inited shape {}",
+                Self::shown(&state.keys, *id),
+                shape_string(v.shape()),
+                shape_string(&meta.shape)
+            );
+            groups.entry(*id).or_default().push(i);
+        }
+        Ok(groups)
+    }
+
+    /// Pushes values: each key's values are summed here, then sent to the servers.
+    pub fn push(&self, keys: Keys, values: Vec<NDArray>, priority: i32) -> Result<()> {
+        let jobs = {
+            let mut state = self.state.lock();
+            let groups = self.group(&state, &keys, &values, "push")?;
+            for (id, idx) in &groups {
+                let dtype = state.meta[id].dtype;
+                for &i in idx {
+                    crate::ensure!(
+                        values[i].dtype() == dtype,
+                        "key {}: pushed dtype {} differs from the inited dtype {}",
+                        Self::shown(&state.keys, *id),
+                        values[i].dtype().name(),
+                        dtype.name()
+                    );
+                }
+            }
+            if let Some(gc) = state.compression {
+                let _ = gc;
+                for id in groups.keys() {
+                    crate::ensure!(
+                        state.meta[id].dtype == DType::Float32,
+                        "key {}: gradient compression works on float32 values only",
+                        Self::shown(&state.keys, *id)
+                    );
+                }
+            }
+            state.keys.fix_type(&keys);
+            let compression = state.compression;
+            groups
+                .into_iter()
+                .map(|(id, idx)| {
+                    let m = &state.meta[&id];
+                    (id, idx.iter().map(|&i| values[i].clone()).collect::<Vec<_>>(), m.comm.clone(), m.parts.clone(), compression, Arc::clone(&m.residual))
+                })
+                .collect::<Vec<_>>()
+        };
+        self.check_servers_update()?;
+        for (id, vals, comm, parts, compression, residual) in jobs {
+            let flags = if compression.is_some() { wire::PUSH_COMPRESSED } else { 0 };
+            self.schedule_push(id, vals, &comm, &parts, compression, flags, priority, residual);
+        }
+        Ok(())
+    }
+
+    /// Schedules the push of one key's values: sum, compress, send each part; the op
+    /// finishes when every server has answered (with `PUSH_PULL`, its answers fill `comm`).
+    #[allow(clippy::too_many_arguments)]
+    fn schedule_push(
+        &self,
+        key: i32,
+        values: Vec<NDArray>,
+        comm: &NDArray,
+        parts: &[Part],
+        compression: Option<GradientCompression>,
+        flags: u8,
+        priority: i32,
+        residual: Arc<Mutex<Vec<f32>>>,
+    ) {
+        let held = values.clone();
+        let reads: Vec<&crate::engine::Var> = held.iter().map(|v| v.var()).collect();
+        let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
+        let pending_map = Arc::clone(&self.pending);
+        let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
+        let order = self.sum_order();
+        let target = comm.clone();
+        engine().push_async(&reads, &[comm.var()], priority, move |done| {
+            let dtype = values[0].dtype();
+            let esz = dtype.size();
+            let merged: Vec<u8> = if values.len() == 1 {
+                values[0].read_bytes(|b| b.to_vec())
+            } else {
+                let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
+                let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
+                let mut out = vec![0u8; srcs[0].len()];
+                sum_into(dtype, order, &mut out, &srcs);
+                out
+            };
+            let want_data = flags & wire::PUSH_PULL != 0;
+            let pending = Pending::new(parts.len(), Some(done), want_data.then_some(target));
+            {
+                let mut map = pending_map.lock();
+                for (i, p) in parts.iter().enumerate() {
+                    map.insert(next_req + i as u64, (Arc::clone(&pending), p.offset * esz));
+                }
+            }
+            let mut residual = residual.lock();
+            if compression.is_some() && residual.len() != merged.len() / 4 {
+                *residual = vec![0.0; merged.len() / 4];
+            }
+            for (i, p) in parts.iter().enumerate() {
+                let bytes = &merged[p.offset * esz..(p.offset + p.len) * esz];
+                let msg = match compression {
+                    Some(gc) => {
+                        let grad: &[f32] = crate::ndarray::buffer::typed(bytes);
+                        let mut packed = vec![0u8; gc.packed_bytes(p.len)];
+                        gc.quantize(grad, &mut residual[p.offset..p.offset + p.len], &mut packed);
+                        let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, packed.len());
+                        m.extend_from_slice(&packed);
+                        m
+                    }
+                    None => {
+                        let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, bytes.len());
+                        m.extend_from_slice(bytes);
+                        m
+                    }
+                };
+                node.send(servers[p.server], &msg);
+            }
+        });
+    }
+
+    /// Pulls keys into dense outputs (`ignore_sparse` must be true, as in MXNet).
+    pub fn pull(&self, keys: Keys, outs: Vec<NDArray>, priority: i32, ignore_sparse: bool) -> Result<()> {
+        crate::ensure!(ignore_sparse, "dist kvstore pull doesn't support ignore_sparse=False");
+        let jobs = {
+            let mut state = self.state.lock();
+            let groups = self.group(&state, &keys, &outs, "pull")?;
+            state.keys.fix_type(&keys);
+            groups
+                .into_iter()
+                .map(|(id, idx)| (id, idx.iter().map(|&i| outs[i].clone()).collect::<Vec<_>>(), state.meta[&id].comm.clone(), state.meta[&id].parts.clone()))
+                .collect::<Vec<_>>()
+        };
+        for (id, outs, comm, parts) in jobs {
+            self.schedule_pull(id, &comm, &parts, priority);
+            comm.schedule_copy_to_many(outs, priority);
+        }
+        Ok(())
+    }
+
+    fn schedule_pull(&self, key: i32, comm: &NDArray, parts: &[Part], priority: i32) {
+        let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
+        let pending_map = Arc::clone(&self.pending);
+        let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
+        let target = comm.clone();
+        engine().push_async(&[], &[comm.var()], priority, move |done| {
+            let esz = target.dtype().size();
+            let pending = Pending::new(parts.len(), Some(done), Some(target));
+            {
+                let mut map = pending_map.lock();
+                for (i, p) in parts.iter().enumerate() {
+                    map.insert(next_req + i as u64, (Arc::clone(&pending), p.offset * esz));
+                }
+            }
+            for (i, p) in parts.iter().enumerate() {
+                node.send(servers[p.server], &wire::encode(&Msg::Pull { req: next_req + i as u64, key }));
+            }
+        });
+    }
+
+    /// Pushes `values` and pulls the updated values into `outs` in one round trip per part;
+    /// both lists must name the same keys (MXNet's check), and compression is refused.
+    pub fn push_pull(&self, vkeys: Keys, values: Vec<NDArray>, okeys: Keys, outs: Vec<NDArray>, priority: i32) -> Result<()> {
+        let jobs = {
+            let mut state = self.state.lock();
+            crate::ensure!(state.compression.is_none(), "Compression not supported with PushPull");
+            let vgroups = self.group(&state, &vkeys, &values, "push")?;
+            let ogroups = self.group(&state, &okeys, &outs, "pull")?;
+            crate::ensure!(
+                vgroups.keys().eq(ogroups.keys()),
+                "List of push and pull keys are different: push-pull needs the same keys in both lists"
+            );
+            for (id, idx) in &vgroups {
+                let dtype = state.meta[id].dtype;
+                for &i in idx.iter() {
+                    crate::ensure!(values[i].dtype() == dtype, "key {}: pushed dtype differs from the inited dtype", Self::shown(&state.keys, *id));
+                }
+                for &i in &ogroups[id] {
+                    crate::ensure!(outs[i].dtype() == dtype, "Output buffer dtype is different (key {})", Self::shown(&state.keys, *id));
+                }
+            }
+            state.keys.fix_type(&vkeys);
+            state.keys.fix_type(&okeys);
+            vgroups
+                .into_iter()
+                .map(|(id, idx)| {
+                    let m = &state.meta[&id];
+                    let vals: Vec<NDArray> = idx.iter().map(|&i| values[i].clone()).collect();
+                    let os: Vec<NDArray> = ogroups[&id].iter().map(|&i| outs[i].clone()).collect();
+                    (id, vals, os, m.comm.clone(), m.parts.clone(), Arc::clone(&m.residual))
+                })
+                .collect::<Vec<_>>()
+        };
+        self.check_servers_update()?;
+        for (id, vals, os, comm, parts, residual) in jobs {
+            self.schedule_push(id, vals, &comm, &parts, None, wire::PUSH_PULL, priority, residual);
+            comm.schedule_copy_to_many(os, priority);
+        }
+        Ok(())
+    }
+
+    /// MXNet's broadcast: init, then pull.
+    pub fn broadcast(&self, vkeys: Keys, values: &[NDArray], okeys: Keys, outs: Vec<NDArray>, priority: i32) -> Result<()> {
+        {
+            let state = self.state.lock();
+            crate::ensure!(okeys.len() == outs.len(), "{} keys but {} outputs", okeys.len(), outs.len());
+            // Output keys must be inited now or by this call.
+            let mut registry = state.keys.clone();
+            registry.register(&vkeys)?;
+            registry.lookup(&okeys)?;
+        }
+        self.init(vkeys, values)?;
+        self.pull(okeys, outs, priority, true)
+    }
+
+    /// Sets gradient compression; worker 0 forwards it to the servers.
+    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
+        let gc = GradientCompression::from_params(params)?;
+        self.state.lock().compression = Some(gc);
+        if self.rank == 0 {
+            self.send_command(Command::SetGradientCompression.id(), encode_compression(&gc).as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// A barrier over the workers (it does not wait for pending pushes and pulls).
+    pub fn barrier(&self) {
+        self.node.barrier_group();
+    }
+
+    /// Whether freeing the store waits at a barrier first (and then stops the servers).
+    pub fn set_barrier_before_exit(&self, barrier: bool) {
+        self.state.lock().barrier_before_exit = barrier;
+    }
+
+    /// MXNet's worker destructor: wait for pending work; with the exit barrier, barrier, and
+    /// worker 0 stops the servers; then the all-node barrier of ps-lite's finalize.
+    pub fn shutdown(&self) {
+        let watchdog = super::exit_watchdog("worker exit");
+        engine().wait_all();
+        let barrier = self.state.lock().barrier_before_exit;
+        if barrier {
+            self.node.barrier_group();
+            if self.rank == 0 {
+                if let Err(e) = self.send_command(Command::StopServer.id(), b"") {
+                    eprintln!("libkvstore: stopping the servers failed: {e}");
+                }
+            }
+            self.node.barrier_all();
+        }
+        super::transport::finalize();
+        drop(watchdog);
+    }
+}
+
+/// A server's answer: fills the target at the part's offset, and finishes the request with
+/// its last answer.
+fn on_reply(pending: &Mutex<HashMap<u64, (Arc<Pending>, usize)>>, bytes: &[u8]) {
+    let Ok(Msg::Reply { req, ok, data }) = wire::decode(bytes) else {
+        eprintln!("libkvstore: a worker received a message that is not a reply; ignored");
+        return;
+    };
+    let Some((p, offset)) = pending.lock().remove(&req) else { return };
+    if !ok {
+        let msg = String::from_utf8_lossy(data).into_owned();
+        eprintln!("libkvstore: server error: {msg}");
+        p.errors.lock().push(msg);
+    } else if let Some(t) = &p.target {
+        if !data.is_empty() {
+            t.write_bytes(|b| match b.get_mut(offset..offset + data.len()) {
+                Some(dst) => dst.copy_from_slice(data),
+                None => eprintln!("libkvstore: a server answered {} bytes at offset {offset} of a {}-byte value", data.len(), b.len()),
+            });
+        }
+    } else {
+        p.answers.lock().push(data.to_vec());
+    }
+    if p.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        drop(p.done.lock().take());
+        *p.finished.lock() = true;
+        p.wake.notify_all();
+    }
+}

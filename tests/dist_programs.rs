@@ -1,0 +1,148 @@
+//! The distributed-store C programs (`ctests/dist_*.c`) under one MPMD `mpirun` on loopback:
+//! servers, workers (and a scheduler) in one MPI job, each with `DMLC_ROLE` set, every run
+//! bounded by `mpirun --timeout`. Skipped, with the reason printed, where Open MPI's `mpirun`
+//! is missing; CI (`.ci/run`) installs it, and `KVSTORE_REQUIRE_MPI=1` makes a skip a failure.
+
+mod common;
+
+use common::{lib_dir, root};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn mpirun_available() -> bool {
+    let found = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(std::env::var_os("KVSTORE_REQUIRE_MPI").is_none(), "KVSTORE_REQUIRE_MPI is set but mpirun is missing");
+        eprintln!("skipped: mpirun (Open MPI, Debian openmpi-bin) is not installed");
+    }
+    found
+}
+
+/// Builds the MPI plugin beside libkvstore.so (a workspace member the lib build skips).
+fn plugin_dir() -> PathBuf {
+    let dir = lib_dir();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.args(["build", "--quiet", "-p", "kvstore-mpi"]).current_dir(root());
+    if dir.ends_with("release") {
+        build.arg("--release");
+    }
+    assert!(build.status().expect("run cargo build").success(), "cargo build of libkvstore_mpi.so failed");
+    assert!(dir.join("libkvstore_mpi.so").exists());
+    dir
+}
+
+/// Builds `ctests/<name>.c` once per test run (tests run in parallel and share programs).
+fn build(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, exe)) = built.iter().find(|(n, _)| n == name) {
+        return exe.clone();
+    }
+    let exe = compile(name);
+    built.push((name.to_string(), exe.clone()));
+    exe
+}
+
+fn compile(name: &str) -> PathBuf {
+    let library = plugin_dir();
+    let exe = library.join(format!("ctest-{name}"));
+    let out = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-I"])
+        .arg(root().join("include"))
+        .arg(root().join("ctests").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&library)
+        .args(["-lkvstore", "-lm"])
+        .arg(format!("-Wl,-rpath,{}", library.display()))
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "cc {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// One MPMD job: `servers` servers, `workers` workers, `schedulers` schedulers, each running
+/// `exe args`, with a wall-clock bound of `timeout` seconds.
+fn mpirun(exe: &Path, args: &[&str], servers: usize, workers: usize, schedulers: usize, timeout: u32) -> Output {
+    let common = [
+        "OMP_NUM_THREADS=1".to_string(),
+        format!("DMLC_NUM_WORKER={workers}"),
+        format!("DMLC_NUM_SERVER={servers}"),
+        // Key 9 (1000 values) is then split over the servers; small keys are not.
+        "MXNET_KVSTORE_BIGARRAY_BOUND=100".to_string(),
+        "OMPI_MCA_mpi_yield_when_idle=1".to_string(),
+        "KVSTORE_DIST_EXIT_TIMEOUT=60".to_string(),
+    ];
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--timeout"]).arg(timeout.to_string());
+    cmd.args(["--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]);
+    // `-x` only reaches the first app context of an MPMD command line: set the environment
+    // of every context with `env`.
+    let mut first = true;
+    for (n, role) in [(servers, "server"), (workers, "worker"), (schedulers, "scheduler")] {
+        if n == 0 {
+            continue;
+        }
+        if !first {
+            cmd.arg(":");
+        }
+        first = false;
+        cmd.args(["-np", &n.to_string(), "env"]).args(&common).arg(format!("DMLC_ROLE={role}")).arg(exe).args(args);
+    }
+    cmd.env_remove("DMLC_ROLE");
+    cmd.output().expect("run mpirun")
+}
+
+fn assert_job_passed(what: &str, out: &Output, oks: usize) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.matches(" ok").count() == oks,
+        "{what} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn dist_sync_two_servers_two_workers_and_a_scheduler() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_store");
+    assert_job_passed("dist_sync 2 servers 2 workers 1 scheduler", &mpirun(&exe, &["dist_sync"], 2, 2, 1, 120), 5);
+}
+
+#[test]
+fn dist_device_sync_one_server_three_workers() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_store");
+    assert_job_passed("dist_device_sync 1 server 3 workers", &mpirun(&exe, &["dist_device_sync"], 1, 3, 0, 120), 4);
+}
+
+#[test]
+fn dist_async_with_a_server_updater() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_async");
+    assert_job_passed("dist_async 1 server 2 workers", &mpirun(&exe, &[], 1, 2, 0, 120), 3);
+}
+
+#[test]
+fn a_killed_worker_fails_the_job_fast() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_killed");
+    let start = Instant::now();
+    let out = mpirun(&exe, &[], 1, 3, 0, 60);
+    let took = start.elapsed();
+    assert!(!out.status.success(), "the job with a killed worker exited 0:\n{}", String::from_utf8_lossy(&out.stderr));
+    // mpirun's own --timeout (60 s) is the outer bound; Open MPI aborts the job much sooner.
+    assert!(took < Duration::from_secs(50), "the job took {took:?} to fail");
+}
