@@ -141,6 +141,11 @@ fn diff_ops() {
     differential("diff_ops");
 }
 
+#[test]
+fn diff_broadcast_sparse() {
+    differential("diff_broadcast_sparse");
+}
+
 /// Every MX*/NN* symbol the unchanged frontends reference at link level (cpp-package's test,
 /// Perl's SWIG wrappers, Scala's JNI library) is exported, so eager binding (`RTLD_NOW`,
 /// `PERL_DL_NONLAZY`) succeeds.
