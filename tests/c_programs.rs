@@ -146,6 +146,11 @@ fn diff_broadcast_sparse() {
     differential("diff_broadcast_sparse");
 }
 
+#[test]
+fn diff_parsing() {
+    differential("diff_parsing");
+}
+
 /// Every MX*/NN* symbol the unchanged frontends reference at link level (cpp-package's test,
 /// Perl's SWIG wrappers, Scala's JNI library) is exported, so eager binding (`RTLD_NOW`,
 /// `PERL_DL_NONLAZY`) succeeds.
