@@ -121,6 +121,13 @@ fn bad_input() {
 }
 
 #[test]
+fn teardown() {
+    let out = own("teardown");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("teardown passed"));
+    assert!(out.stderr.is_empty(), "teardown printed on stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));
