@@ -121,6 +121,13 @@ fn bad_input() {
 }
 
 #[test]
+fn row_ids() {
+    let out = own("row_ids");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("row_ids passed"));
+    assert!(out.stderr.is_empty(), "row_ids printed on stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn teardown() {
     let out = own("teardown");
     assert!(String::from_utf8_lossy(&out.stdout).contains("teardown passed"));
