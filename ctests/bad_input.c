@@ -229,6 +229,7 @@ static void store_semantics(void) {
   CHECK(MXNDArrayReshape(two_rows, 2, (int[]){2, 1}, &two_by_one));
   CHECK(MXNDArraySyncCopyFromNDArray(bad_rs, two_by_one, -1));
   CHECK(MXNDArrayCreateEx(&three, 1, DEV_CPU, 0, 0, DT_I64, &three_ids));
+  CHECK(MXNDArraySyncCopyFromCPU(three_ids, (int64_t[]){0, 1, 2}, 3));
   CHECK(MXNDArraySyncCopyFromNDArray(bad_rs, three_ids, 0));
   int rk = 71;
   FAILS(MXKVStoreInit(kv, 1, &rk, &bad_rs), "inconsistent row_sparse array: 3 row ids for 2 rows");

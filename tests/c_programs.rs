@@ -121,6 +121,20 @@ fn bad_input() {
 }
 
 #[test]
+fn row_ids() {
+    let out = own("row_ids");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("row_ids passed"));
+    assert!(out.stderr.is_empty(), "row_ids printed on stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn teardown() {
+    let out = own("teardown");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("teardown passed"));
+    assert!(out.stderr.is_empty(), "teardown printed on stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));
@@ -139,6 +153,16 @@ fn diff_sparse() {
 #[test]
 fn diff_ops() {
     differential("diff_ops");
+}
+
+#[test]
+fn diff_broadcast_sparse() {
+    differential("diff_broadcast_sparse");
+}
+
+#[test]
+fn diff_parsing() {
+    differential("diff_parsing");
 }
 
 /// Every MX*/NN* symbol the unchanged frontends reference at link level (cpp-package's test,

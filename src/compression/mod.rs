@@ -28,6 +28,19 @@ pub struct GradientCompression {
     pub threshold: f32,
 }
 
+/// A threshold: a finite float32 greater than 0. An infinite one (`inf`, or `1e40`, which
+/// float32 cannot hold) would quantise every gradient to zero: every later push would
+/// silently add nothing. MXNet refuses these too ("Out of range value"); NaN fails its
+/// `threshold > 0` check.
+fn parse_threshold(v: &str) -> Result<f32> {
+    let threshold: f32 = v.trim().parse().map_err(|_| crate::Error::new(format!("threshold '{v}' is not a number")))?;
+    crate::ensure!(
+        threshold.is_finite() && threshold > 0.0,
+        "threshold must be greater than 0 and finite (got '{v}')"
+    );
+    Ok(threshold)
+}
+
 impl GradientCompression {
     /// Parses `MXKVStoreSetGradientCompression`'s key/value pairs: `type` is required,
     /// `threshold` defaults to 0.5 and must be positive. Unlike MXNet, which ignores unknown
@@ -38,14 +51,11 @@ impl GradientCompression {
         for (k, v) in params {
             match k.as_str() {
                 "type" => kind = Some(v.as_str()),
-                "threshold" => {
-                    threshold = v.trim().parse().map_err(|_| crate::Error::new(format!("threshold '{v}' is not a number")))?
-                }
+                "threshold" => threshold = parse_threshold(v)?,
                 other => crate::bail!("unknown gradient compression parameter '{other}' (expected 'type' and 'threshold')"),
             }
         }
         let Some(kind) = kind else { crate::bail!("gradient compression needs the parameter 'type'") };
-        crate::ensure!(threshold > 0.0, "threshold must be greater than 0 (got {threshold})");
         let kind = match kind {
             "2bit" => CompressionType::TwoBit,
             "1bit" => CompressionType::OneBit,
@@ -100,6 +110,17 @@ mod tests {
         assert!(GradientCompression::from_params(&params(&[("type", "3bit")])).unwrap_err().message().contains("Unknown type"));
         assert_eq!(GradientCompression::from_params(&params(&[("type", "1bit"), ("threshold", "0")])).is_err(), true);
         assert_eq!(GradientCompression::from_params(&params(&[("type", "2bit")])).unwrap().packed_bytes(17), 8);
+    }
+
+    #[test]
+    fn thresholds_must_be_finite_and_positive() {
+        for bad in ["inf", "Infinity", "-inf", "nan", "NaN", "1e40", "1e-50", "0", "-0", "-1", "", "0.5x", "0x10"] {
+            let err = GradientCompression::from_params(&params(&[("type", "2bit"), ("threshold", bad)])).unwrap_err();
+            assert!(err.message().contains("threshold"), "{bad}: {err}");
+        }
+        for (good, want) in [("0.5", 0.5f32), (" 2", 2.0), ("+2", 2.0), ("2.", 2.0), (".5", 0.5), ("1e3", 1000.0)] {
+            assert_eq!(GradientCompression::from_params(&params(&[("type", "1bit"), ("threshold", good)])).unwrap().threshold, want);
+        }
     }
 
     #[test]

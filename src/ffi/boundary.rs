@@ -8,14 +8,15 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Runs `body` for the C function `name` and turns its outcome into MXNet's 0 / -1.
 pub(crate) fn call(name: &'static str, body: impl FnOnce() -> Result<()>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    match super::quiet_panics::inside(|| catch_unwind(AssertUnwindSafe(body))) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
             super::last_error::set(name, e.message());
             -1
         }
         Err(payload) => {
-            super::last_error::set(name, &format!("internal error (panic): {}", panic_text(&*payload)));
+            let at = super::quiet_panics::take_location().map_or(String::new(), |l| format!(" at {l}"));
+            super::last_error::set(name, &format!("internal error (panic): {}{at}", panic_text(&*payload)));
             -1
         }
     }
@@ -48,6 +49,6 @@ mod tests {
         assert_eq!(call("Fails", || Err(crate::Error::new("bad thing"))), -1);
         assert_eq!(super::super::last_error::get_for_test(), "MXNetError: Fails: bad thing");
         assert_eq!(call("Panics", || panic!("boom")), -1);
-        assert!(super::super::last_error::get_for_test().contains("Panics: internal error (panic): boom"));
+        assert!(super::super::last_error::get_for_test().contains("Panics: internal error (panic): boom at src/ffi/boundary.rs:"));
     }
 }

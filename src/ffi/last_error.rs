@@ -1,20 +1,25 @@
 //! The thread-local last error behind `MXGetLastError()`: set by a failing call, kept until
 //! the next failure on the same thread (success does not clear it, as in MXNet).
+//!
+//! The buffer is a fixed array with no destructor, so the thread-local is never destroyed: a
+//! thread's thread-locals with destructors are gone before its pthread key destructors run
+//! (and the main thread's before `atexit` handlers run), and calls made from there must still
+//! set and read their message.
 
 use std::cell::RefCell;
 use std::os::raw::c_char;
 
-/// Messages are cut to this many bytes, so the buffer never moves: a pointer a caller took
-/// earlier (C evaluates arguments in any order) still points at a valid string.
+/// Messages are cut to fit this many bytes with their NUL, so the buffer never moves: a
+/// pointer a caller took earlier (C evaluates arguments in any order) still points at a
+/// valid string.
 const CAPACITY: usize = 4096;
 
 thread_local! {
-    static LAST_ERROR: RefCell<Vec<u8>> = RefCell::new({
-        let mut buf = Vec::with_capacity(CAPACITY);
-        buf.push(0);
-        buf
-    });
+    static LAST_ERROR: RefCell<[u8; CAPACITY]> = const { RefCell::new([0; CAPACITY]) };
 }
+
+// No destructor: the thread-local lives as long as its thread.
+const _: () = assert!(!std::mem::needs_drop::<RefCell<[u8; CAPACITY]>>());
 
 /// Records `message` as the error of call `name`. Never panics.
 #[cold]
@@ -38,9 +43,8 @@ pub(crate) fn set_raw(text: &str) {
     }
     let _ = LAST_ERROR.try_with(|e| {
         if let Ok(mut e) = e.try_borrow_mut() {
-            e.clear();
-            e.extend_from_slice(&bytes);
-            e.push(0);
+            e[..bytes.len()].copy_from_slice(&bytes);
+            e[bytes.len()] = 0;
         }
     });
 }

@@ -14,8 +14,10 @@ mod last_error;
 mod ndarray;
 mod ndarray_sparse;
 mod ops;
+mod quiet_panics;
 mod runtime;
 mod stubs;
+mod thread_buffers;
 mod types;
 mod updater;
 

@@ -181,11 +181,7 @@ pub extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut u32, ou
         let (dim_out, data_out) = (Out::new(out_dim, "out_dim")?, Out::new(out_pdata, "out_pdata")?);
         let shape = shape_of(handle)?.unwrap_or_default();
         let dims: Vec<u32> = shape.iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect();
-        let ptr = SHAPE_U32.with(|b| {
-            let mut b = b.borrow_mut();
-            *b = dims;
-            b.as_ptr()
-        });
+        let ptr = super::thread_buffers::keep(&SHAPE_U32, dims, "the shape")? as *const _;
         dim_out.write(shape.len() as u32);
         data_out.write(ptr);
         Ok(())
@@ -202,11 +198,7 @@ pub extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mut c_int
         let (dim_out, data_out) = (Out::new(out_dim, "out_dim")?, Out::new(out_pdata, "out_pdata")?);
         let shape = shape_of(handle)?.unwrap_or_default();
         let dims: Vec<i32> = shape.iter().map(|&d| i32::try_from(d).unwrap_or(i32::MAX)).collect();
-        let ptr = SHAPE_I32.with(|b| {
-            let mut b = b.borrow_mut();
-            *b = dims;
-            b.as_ptr()
-        });
+        let ptr = super::thread_buffers::keep(&SHAPE_I32, dims, "the shape")? as *const _;
         dim_out.write(shape.len() as c_int);
         data_out.write(ptr);
         Ok(())

@@ -168,6 +168,9 @@ fn invoke(
     out_stypes: Option<Out<*const c_int>>,
 ) -> Result<()> {
     let (n_out, outs) = (Out::new(num_outputs, "num_outputs")?, Out::new(outputs, "outputs")?);
+    // Checked before any work: the outputs could not be returned (teardown).
+    super::thread_buffers::check(&OUTPUT_HANDLES, "the outputs")?;
+    super::thread_buffers::check(&OUTPUT_STYPES, "the output storage types")?;
     let op = op_from_handle(creator, "creator")?;
     let count = |n: c_int, what: &str| usize::try_from(n).map_err(|_| crate::Error::new(format!("{what} {n} is negative")));
     let input_handles = args::slice(inputs as *const NDArrayHandle, count(num_inputs, "num_inputs")?, "inputs")?;
@@ -196,22 +199,14 @@ fn invoke(
         given.to_vec()
     };
     let stypes: Vec<c_int> = results.iter().map(|a| a.stype() as c_int).collect();
-    let stypes_ptr = OUTPUT_STYPES.with(|b| {
-        let mut b = b.borrow_mut();
-        *b = stypes;
-        b.as_ptr()
-    });
+    let stypes_ptr = super::thread_buffers::keep(&OUTPUT_STYPES, stypes, "the output storage types")? as *const c_int;
     if !given_ptr.is_null() && given_count != 0 {
         // The caller's own array stays in place.
         n_out.write(given_count);
         outs.write(given_ptr);
     } else {
         let n = handles.len() as c_int;
-        let ptr = OUTPUT_HANDLES.with(|b| {
-            let mut b = b.borrow_mut();
-            *b = handles;
-            b.as_mut_ptr()
-        });
+        let ptr = super::thread_buffers::keep(&OUTPUT_HANDLES, handles, "the outputs")?;
         n_out.write(n);
         outs.write(ptr);
     }

@@ -5,6 +5,7 @@ pub mod buffer;
 mod context;
 mod copy;
 mod dtype;
+mod row_ids;
 mod row_sparse;
 mod shape;
 mod sparse;
@@ -13,6 +14,7 @@ mod storage;
 pub use context::{Context, DeviceType};
 pub use dtype::{DType, ALL_DTYPES};
 pub use row_sparse::Rows;
+pub(crate) use row_ids::ids_of as row_ids_of;
 pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
 
 use crate::engine::{engine, Var};

@@ -25,19 +25,29 @@ impl NDArray {
         self.row_len() * self.dtype().size()
     }
 
-    /// The ids and values of a row_sparse array.
-    pub(crate) fn rows_now(&self) -> Rows {
+    /// The row ids of a row_sparse array as stored, unchecked.
+    pub(crate) fn raw_row_ids(&self) -> Vec<i64> {
         let payload = self.chunk.payload.read_recursive();
-        let ids = match payload.aux.first() {
+        match payload.aux.first() {
             Some(aux) if aux.dtype == DType::Int64 => typed::<i64>(aux.data.bytes()).to_vec(),
-            Some(aux) => {
-                let mut ids = vec![0i64; aux.shape.first().copied().unwrap_or(0)];
-                copy_cast(aux.dtype, aux.data.bytes(), DType::Int64, bytemuck::cast_slice_mut(&mut ids));
-                ids
-            }
+            Some(aux) => super::row_ids::ids_of(aux.dtype, aux.data.bytes(), aux.shape.first().copied().unwrap_or(0)),
             None => Vec::new(),
-        };
-        Rows { ids, data: payload.data.bytes().to_vec() }
+        }
+    }
+
+    /// The ids and values of a row_sparse array, for the kernels. Arrays are checked where
+    /// they enter the store and the operators, so a malformed one (ids and values that
+    /// disagree, or ids unsorted, repeated or out of range) gets here only when another
+    /// thread refills it while a call that checked it is in flight; it reads as no rows
+    /// rather than make a kernel index out of bounds or two reads of one row disagree.
+    pub(crate) fn rows_now(&self) -> Rows {
+        let ids = self.raw_row_ids();
+        let rows = self.shape().first().copied().unwrap_or(0);
+        if self.check_row_sparse_parts().is_err() || super::row_ids::check_row_ids(&ids, rows).is_err() {
+            return Rows { ids: Vec::new(), data: Vec::new() };
+        }
+        let data = self.chunk.payload.read_recursive().data.bytes().to_vec();
+        Rows { ids, data }
     }
 
     /// Replaces the rows of a row_sparse array (`data` holds `ids.len()` rows).

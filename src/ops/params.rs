@@ -116,15 +116,47 @@ fn parse_number(v: &str) -> Option<f64> {
     }
 }
 
-/// `(1, 2)`, `[1,2]`, `(1,)`, `3`, `()` → the integers; `L` suffixes (Python 2) are allowed.
+/// `(1, 2)`, `[1,2]`, `(1,)`, `3`, `()` → the integers, read as MXNet's tuple parser reads
+/// them: one bracketed list (`(` or `[` open it, `)` or `]` close it), integers with an
+/// optional sign and an optional `L` suffix (Python 2), one trailing comma allowed, spaces
+/// around anything; a bare integer is a one-element tuple. Anything else is refused:
+/// `(2,,3)`, `((2,3))`, `(,2)`, `(2,3` or `2,3` are not read as `(2,3)`.
 fn parse_tuple(v: &str) -> Option<Vec<i64>> {
-    let inner = v.trim().trim_start_matches(['(', '[']).trim_end_matches([')', ']']);
-    inner
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.trim_end_matches('L').parse::<i64>().ok())
-        .collect()
+    let mut rest = v.trim();
+    if !rest.starts_with(['(', '[']) {
+        return parse_int(rest).map(|i| vec![i]);
+    }
+    rest = rest[1..].trim_start();
+    let mut out = Vec::new();
+    loop {
+        if let Some(after) = rest.strip_prefix([')', ']']) {
+            // An empty tuple, or the close after a trailing comma.
+            return after.trim().is_empty().then_some(out);
+        }
+        let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '-' || c == '+')).unwrap_or(rest.len());
+        out.push(parse_int(&rest[..end])?);
+        rest = rest[end..].trim_start();
+        rest = rest.strip_prefix('L').unwrap_or(rest);
+        if let Some(after) = rest.strip_prefix(',') {
+            rest = after.trim_start();
+            // A comma must be followed by another integer or the close.
+            if !rest.starts_with([')', ']']) && !rest.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') {
+                return None;
+            }
+        } else if !rest.starts_with([')', ']']) {
+            return None;
+        }
+    }
+}
+
+/// An integer with an optional sign and an optional `L` suffix, nothing else.
+fn parse_int(s: &str) -> Option<i64> {
+    let s = s.strip_suffix('L').unwrap_or(s);
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 fn parse_context(v: &str) -> Option<Result<Context>> {
@@ -163,5 +195,31 @@ mod tests {
         assert_eq!(sum.axes("axis").unwrap(), Some(vec![0, -1]));
         let bad = Params::new(lookup("sum").unwrap(), &["axis"], &["(a)"]).unwrap();
         assert!(bad.axes("axis").unwrap_err().message().contains("axis='(a)'"));
+    }
+
+    #[test]
+    fn tuples_are_read_strictly_as_mxnet_reads_them() {
+        let ok: &[(&str, &[i64])] = &[
+            ("(2,3)", &[2, 3]),
+            ("(2, 3)", &[2, 3]),
+            ("[2,3]", &[2, 3]),
+            ("[2,3)", &[2, 3]),
+            ("(2,)", &[2]),
+            ("(2,3,)", &[2, 3]),
+            ("( 2 , 3 )", &[2, 3]),
+            (" (2,3) ", &[2, 3]),
+            ("(2L,3L)", &[2, 3]),
+            ("(+2,-3)", &[2, -3]),
+            ("()", &[]),
+            ("[ ]", &[]),
+            ("2", &[2]),
+            ("-1", &[-1]),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_tuple(text).as_deref(), Some(*want), "{text}");
+        }
+        for bad in ["(2,,3)", "((2,3))", "(,2)", "(2,3", "2,3", "(2 3)", "(2,3)x", "(2,3),", "(2.0,3)", "(", ")", "(-)", "(2-3)", "(2L ,3)x", "", "x"] {
+            assert_eq!(parse_tuple(bad), None, "{bad}");
+        }
     }
 }

@@ -36,7 +36,7 @@ impl Dense {
         match array.stype() {
             StorageType::Default => array.read_bytes(|b| value.data.bytes_mut().copy_from_slice(b)),
             StorageType::RowSparse => {
-                let rows = array.rows_now();
+                let rows = array.rows_checked()?;
                 densify(array.row_bytes(), &rows.ids, &rows.data, value.data.bytes_mut());
             }
             StorageType::Csr => crate::bail!("csr inputs are not supported by libkvstore's operators"),

@@ -243,21 +243,19 @@ impl KVStore {
         let oids = registry.lookup(&okeys)?;
         let shown = Self::shown(&registry);
         let inits = plan::plan_init(&state.entries, &vids, &shown, values)?;
-        let stored: Vec<(i32, NDArray)> = inits
-            .iter()
-            .map(|(id, v)| Ok((*id, NDArray::zeros(v.shape(), STORE_CONTEXT, v.dtype())?)))
-            .collect::<Result<_>>()?;
+        // Made before anything changes; stored with the value's storage type, as Init does.
+        let stored = plan::new_stored_values(&inits, STORE_CONTEXT)?;
         let entries = &state.entries;
-        let lookup = |id: i32| {
-            stored.iter().find(|(i, _)| *i == id).map(|(_, s)| s.clone()).or_else(|| entries.get(&id).map(|e| e.stored.clone()))
-        };
+        let lookup = |id: i32| stored.get(&id).cloned().or_else(|| entries.get(&id).map(|e| e.stored.clone()));
         let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
         drop(shown);
         registry.fix_type(&okeys);
         state.keys = registry;
-        for ((id, value), (_, dst)) in inits.iter().zip(stored) {
-            value.schedule_copy_to(&dst, priority);
-            state.entries.insert(*id, Entry::new(dst));
+        for (id, value) in &inits {
+            if let Some(dst) = stored.get(id) {
+                value.schedule_copy_to(dst, priority);
+                state.entries.insert(*id, Entry::new(dst.clone()));
+            }
         }
         schedule_copies(copies.outs, copies.copies, priority);
         Ok(())
