@@ -160,3 +160,38 @@ fn without_a_cuda_driver_gpu_calls_fail_cleanly_and_print_nothing() {
     assert!(run.stderr.is_empty(), "gpu_absent printed to stderr:\n{}", String::from_utf8_lossy(&run.stderr));
     std::io::stdout().write_all(&run.stdout).unwrap();
 }
+
+/// `ctests/gpu_diff.c`: GPU values against CPU values, byte for byte (NaN as NaN). Without a
+/// GPU the program skips, and this test says so; scripts/test-gpu.sh runs it for real (and
+/// under compute-sanitizer) on a GPU machine.
+#[test]
+fn gpu_differential_program_runs_or_skips_with_a_reason() {
+    let lib = lib_dir();
+    let exe = lib.join("ctests").join("gpu_diff_kv");
+    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+    let out = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O1", "-g", "-I"])
+        .arg(root().join("include"))
+        .arg(root().join("ctests/gpu_diff.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lkvstore")
+        .arg("-ldl")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let gpu = Command::new(&exe).args(["gpu", "--small"]).output().unwrap();
+    let gpu_out = String::from_utf8_lossy(&gpu.stdout).into_owned();
+    assert!(gpu.status.success(), "gpu_diff gpu failed:\n{gpu_out}\n{}", String::from_utf8_lossy(&gpu.stderr));
+    if gpu_out.starts_with("gpu_diff: skipped") {
+        // Written past the test harness's capture, so the skip shows in every run's log.
+        std::io::stderr().write_all(format!("gpu_differential_program: {gpu_out}").as_bytes()).unwrap();
+        return;
+    }
+    let cpu = Command::new(&exe).args(["cpu", "--small"]).output().unwrap();
+    assert!(cpu.status.success());
+    assert_eq!(gpu_out, String::from_utf8_lossy(&cpu.stdout), "GPU values and CPU values disagree");
+}
