@@ -779,11 +779,33 @@ int MXGetVersion(int *out);
 int MXNotifyShutdown(void);
 
 /*
- The number of usable GPUs: 0 without CUDA.
+ The number of usable GPUs: 0 without a CUDA driver (12.0 or newer) or device. A forked
+ child of a process that initialised CUDA gets -1: CUDA cannot be used there.
 
  Ownership: `*out` is written on success.
  */
 int MXGetGPUCount(int *out);
+
+/*
+ Free and total memory of `gpu(dev)` in bytes, from the driver (`cuMemGetInfo`), each
+ converted to `int` as MXNet 1.9 does (`static_cast<int>`: it wraps above 2 GiB; use
+ `MXGetGPUMemoryInformation64`). Without a usable device: -1 with the reason.
+
+ Ownership: `*free_mem` and `*total_mem` are written on success.
+ */
+int MXGetGPUMemoryInformation(int dev,
+                              int *free_mem,
+                              int *total_mem);
+
+/*
+ Free and total memory of `gpu(dev)` in bytes, from the driver (`cuMemGetInfo`). Without
+ a usable device: -1 with the reason.
+
+ Ownership: `*free_mem` and `*total_mem` are written on success.
+ */
+int MXGetGPUMemoryInformation64(int dev,
+                                uint64_t *free_mem,
+                                uint64_t *total_mem);
 
 /*
  nnvm's spelling of [`MXGetLastError`]: the same thread-local message.
@@ -1198,20 +1220,6 @@ int MXGenAtomicSymbolFromSymbol(void *sym_handle,
  */
 int MXGetFunction(const char *name,
                   const void **out);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetGPUMemoryInformation").
- */
-int MXGetGPUMemoryInformation(int dev,
-                              int *free_mem,
-                              int *total_mem);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetGPUMemoryInformation64").
- */
-int MXGetGPUMemoryInformation64(int dev,
-                                uint64_t *free_mem,
-                                uint64_t *total_mem);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOp").

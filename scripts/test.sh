@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: header freshness, Rust unit tests, the C programs (walkthrough,
+# The whole test suite: header freshness, Rust unit tests, the GPU kernels compiled by NVRTC
+# for sm_70/80/90 and the GPU host logic (no GPU needed), the C programs (walkthrough,
 # differential against the reference libmxnet.so, bad input, threads; both again on the
 # x86_64 baseline loops), the header ABI check,
 # the Python proof (the unchanged mxnet 1.9.1 package on both libraries), the distributed
@@ -16,6 +17,11 @@ export KVSTORE_REQUIRE_REFERENCE=1
 # The distributed-store programs run under mpirun and must not skip here either.
 export KVSTORE_REQUIRE_MPI=1
 echo "reference library: $MXNET_LIBRARY"
+# NVRTC for compiling every kernel of kernels/ (tests/gpu_kernels.rs); it must not skip here.
+KVSTORE_NVRTC_PATH="${KVSTORE_NVRTC_PATH:-$(scripts/nvrtc-wheel.sh)}"
+export KVSTORE_NVRTC_PATH
+export KVSTORE_REQUIRE_NVRTC=1
+echo "NVRTC: $KVSTORE_NVRTC_PATH"
 
 scripts/gen-header.sh --check
 cargo test --release

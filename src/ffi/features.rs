@@ -22,7 +22,7 @@ const FEATURE_NAMES: [&str; 32] = [
 
 /// Whether libkvstore has the feature: CUDA when a device is usable; nothing else applies.
 fn enabled(name: &str) -> bool {
-    name == "CUDA" && crate::gpu::device_count() > 0
+    name == "CUDA" && crate::gpu::device_count().unwrap_or(0) > 0
 }
 
 struct Features {

@@ -41,13 +41,46 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
     })
 }
 
-/// The number of usable GPUs: 0 without CUDA.
+/// The number of usable GPUs: 0 without a CUDA driver (12.0 or newer) or device. A forked
+/// child of a process that initialised CUDA gets -1: CUDA cannot be used there.
 ///
 /// Ownership: `*out` is written on success.
 #[no_mangle]
 pub extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
     ffi_boundary!("MXGetGPUCount", {
-        Out::new(out, "out")?.write(crate::gpu::device_count());
+        let out = Out::new(out, "out")?;
+        out.write(crate::gpu::device_count()?);
+        Ok(())
+    })
+}
+
+/// Free and total memory of `gpu(dev)` in bytes, from the driver (`cuMemGetInfo`), each
+/// converted to `int` as MXNet 1.9 does (`static_cast<int>`: it wraps above 2 GiB; use
+/// `MXGetGPUMemoryInformation64`). Without a usable device: -1 with the reason.
+///
+/// Ownership: `*free_mem` and `*total_mem` are written on success.
+#[no_mangle]
+pub extern "C" fn MXGetGPUMemoryInformation(dev: c_int, free_mem: *mut c_int, total_mem: *mut c_int) -> c_int {
+    ffi_boundary!("MXGetGPUMemoryInformation", {
+        let (free_out, total_out) = (Out::new(free_mem, "free_mem")?, Out::new(total_mem, "total_mem")?);
+        let (free, total) = crate::gpu::memory_info(dev)?;
+        free_out.write(free as c_int);
+        total_out.write(total as c_int);
+        Ok(())
+    })
+}
+
+/// Free and total memory of `gpu(dev)` in bytes, from the driver (`cuMemGetInfo`). Without
+/// a usable device: -1 with the reason.
+///
+/// Ownership: `*free_mem` and `*total_mem` are written on success.
+#[no_mangle]
+pub extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, total_mem: *mut u64) -> c_int {
+    ffi_boundary!("MXGetGPUMemoryInformation64", {
+        let (free_out, total_out) = (Out::new(free_mem, "free_mem")?, Out::new(total_mem, "total_mem")?);
+        let (free, total) = crate::gpu::memory_info(dev)?;
+        free_out.write(free);
+        total_out.write(total);
         Ok(())
     })
 }

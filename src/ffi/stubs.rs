@@ -267,18 +267,6 @@ pub extern "C" fn MXGetFunction(name: *const c_char, out: *mut *const c_void) ->
     ffi_boundary!("MXGetFunction", { unsupported("MXGetFunction") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetGPUMemoryInformation").
-#[no_mangle]
-pub extern "C" fn MXGetGPUMemoryInformation(dev: c_int, free_mem: *mut c_int, total_mem: *mut c_int) -> c_int {
-    ffi_boundary!("MXGetGPUMemoryInformation", { unsupported("MXGetGPUMemoryInformation") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetGPUMemoryInformation64").
-#[no_mangle]
-pub extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, total_mem: *mut u64) -> c_int {
-    ffi_boundary!("MXGetGPUMemoryInformation64", { unsupported("MXGetGPUMemoryInformation64") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOp").
 #[no_mangle]
 pub extern "C" fn MXInvokeCachedOp(handle: *mut c_void, num_inputs: c_int, inputs: *mut *mut c_void, num_outputs: *mut c_int, outputs: *mut *mut *mut c_void) -> c_int {

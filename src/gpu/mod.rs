@@ -1,26 +1,51 @@
-//! GPU support. No machine of this project has a GPU; until the CUDA reduction lands, a GPU
-//! context answers a clear error instead of pretending.
+//! GPU support on CUDA. This is the only module that names cudarc: the driver and NVRTC are
+//! loaded at run time, so libkvstore builds on a machine with no CUDA at all and loads
+//! without libcuda.
+//!
+//! Built so far: loading ([`driver`], [`nvrtc`]), the kernels ([`kernels`], sources in
+//! `kernels/`), and the host-side logic of the GPU backend ([`placement`], [`fused`],
+//! [`staging`], [`completion`]). GPU arrays themselves are not built yet: a `gpu(i)` context
+//! answers a clear error, on machines with a GPU too.
+
+pub mod completion;
+pub mod driver;
+pub mod fused;
+pub mod kernels;
+pub mod launch;
+pub mod nvrtc;
+pub mod placement;
+pub mod staging;
 
 use crate::error::Result;
-use once_cell::sync::Lazy;
 
-/// Why GPU memory cannot be used here: the driver could not be loaded, or GPU values are not
-/// implemented yet in this build.
-static UNAVAILABLE_REASON: Lazy<String> = Lazy::new(|| {
-    // SAFETY: loading the CUDA driver runs its initialisers, which is exactly what any CUDA
-    // program does; the library is dropped again at once and none of its symbols is used.
-    match unsafe { libloading::Library::new("libcuda.so.1") } {
-        Ok(_) => "GPU values are not supported by this build of libkvstore yet".to_string(),
-        Err(_) => "no CUDA device: the CUDA driver (libcuda.so.1) could not be loaded".to_string(),
+/// Number of usable GPUs: 0 without a driver, without a device, or with a driver older than
+/// CUDA 12.0 (as MXNet answers 0 when CUDA is unusable).
+pub fn device_count() -> Result<i32> {
+    match driver::runtime() {
+        Ok(rt) => Ok(rt.devices.len() as i32),
+        Err(reason) if reason.contains("forked") => Err(crate::Error::new(reason)),
+        Err(_) => Ok(0),
     }
-});
-
-/// Number of usable GPUs: always 0 for now.
-pub fn device_count() -> i32 {
-    0
 }
 
-/// Succeeds when `gpu(dev_id)` can hold values.
+/// Why GPU memory cannot be used here.
+fn unavailable(dev_id: i32) -> String {
+    match driver::runtime() {
+        Err(reason) => format!("gpu({dev_id}) is not available: no usable CUDA device ({reason})"),
+        Ok(rt) => match rt.device(dev_id) {
+            Err(e) => e,
+            Ok(_) => format!("gpu({dev_id}) exists, but GPU arrays are not supported by this build of libkvstore yet"),
+        },
+    }
+}
+
+/// Succeeds when `gpu(dev_id)` can hold values. Until GPU arrays are built, never.
 pub fn require_device(dev_id: i32) -> Result<()> {
-    crate::bail!("gpu({dev_id}) is not available: {}", *UNAVAILABLE_REASON)
+    crate::bail!("{}", unavailable(dev_id))
+}
+
+/// `(free, total)` bytes of device memory of `gpu(dev)`, from the driver.
+pub fn memory_info(dev: i32) -> Result<(u64, u64)> {
+    let rt = driver::runtime().map_err(|reason| crate::Error::new(format!("no usable CUDA device: {reason}")))?;
+    rt.memory_info(dev).map_err(crate::Error::new)
 }

@@ -1,0 +1,40 @@
+// Dense sums of a key's values, one launch per key: dst = Σ srcs in the store's order.
+
+struct Sources {
+  const void* p[MAX_SOURCES];
+};
+
+// acc_in_dst = 0: the fold starts from p[0]; 1: it continues from dst (a launch after the
+// first when there are more than MAX_SOURCES values; the host cuts the list at a block
+// boundary of the order, so the association is unchanged).
+template <typename T>
+__device__ __forceinline__ void sum_kernel(T* dst, const Sources& s, u32 n_src, u64 n, u32 order, u32 acc_in_dst) {
+  GRID_STRIDE(i, n) {
+    u32 k = 0;
+    T acc;
+    if (acc_in_dst) {
+      acc = dst[i];
+    } else {
+      acc = ((const T*)s.p[0])[i];
+      k = 1;
+    }
+    if (order == ORDER_CPU_COMM) {
+      while (k < n_src) {
+        T block = ((const T*)s.p[k])[i];
+        u32 end = k + 4 < n_src ? k + 4 : n_src;
+        for (u32 j = k + 1; j < end; ++j) block = el_add(block, ((const T*)s.p[j])[i]);
+        acc = el_add(acc, block);
+        k = end;
+      }
+    } else {
+      for (; k < n_src; ++k) acc = el_add(acc, ((const T*)s.p[k])[i]);
+    }
+    dst[i] = acc;
+  }
+}
+
+#define SUM(name, T)                                                                          \
+  extern "C" __global__ void sum_##name(T* dst, Sources s, u32 n_src, u64 n, u32 order, u32 acc_in_dst) { \
+    sum_kernel<T>(dst, s, n_src, n, order, acc_in_dst);                                      \
+  }
+FOR_EACH_SUMMABLE(SUM)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds what a GPU machine runs into the git-ignored folder .gpu-bundle/ (no Rust toolchain
+# or package registry is needed there): the release libkvstore.so, the C programs
+# ctests/gpu_diff.c and ctests/gpu_absent.c, benches/gpubench.c (rpath $ORIGIN/../lib), and
+# scripts/test-gpu.sh. Hand the folder to the device machine (the device tool's `carry`:
+# [".gpu-bundle"]) and run `bash .gpu-bundle/test-gpu.sh [--bench]` there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet --lib
+out=.gpu-bundle
+rm -rf "$out"
+mkdir -p "$out/lib" "$out/bin"
+cp target/release/libkvstore.so "$out/lib/"
+for p in ctests/gpu_diff ctests/gpu_absent benches/gpubench; do
+  cc -std=c11 -O1 -g -Wall -Wextra -Werror -I include "$p.c" -L "$out/lib" -lkvstore -ldl \
+    -Wl,-rpath,'$ORIGIN/../lib' -o "$out/bin/$(basename "$p")"
+done
+cp scripts/test-gpu.sh "$out/"
+du -sh "$out"
