@@ -7,8 +7,8 @@ use crate::error::Result;
 use crate::reduce::copy_cast;
 
 /// A buffer holding `bytes`.
-fn buffer_from(bytes: &[u8]) -> Result<super::buffer::Buffer> {
-    let mut buf = super::buffer::Buffer::zeroed(bytes.len())?;
+fn buffer_from(bytes: &[u8]) -> Result<crate::base::buffer::Buffer> {
+    let mut buf = crate::base::buffer::Buffer::zeroed(bytes.len())?;
     buf.bytes_mut().copy_from_slice(bytes);
     Ok(buf)
 }

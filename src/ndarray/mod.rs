@@ -1,23 +1,23 @@
 //! NDArrays: views (shape, dtype, context, storage type, offset) over shared, engine-ordered
 //! chunks of host memory. A view is cheap to clone; clones share memory, as MXNet's do.
 
-pub mod buffer;
+
 mod context;
 mod copy;
-mod dtype;
+
 mod row_sparse;
 mod shape;
 mod sparse;
 mod storage;
 
 pub use context::{Context, DeviceType};
-pub use dtype::{DType, ALL_DTYPES};
+pub use crate::base::{DType, ALL_DTYPES};
 pub use row_sparse::Rows;
 pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
 
 use crate::engine::{engine, Var};
 use crate::error::Result;
-use buffer::Buffer;
+use crate::base::buffer::Buffer;
 use std::ops::Range;
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Reading and replacing the rows of a row_sparse array, for the store's kernels. Callers
 //! order these with the engine first (they run inside ops or `run_sync`).
 
-use super::buffer::{typed, Buffer};
+use crate::base::buffer::{typed, Buffer};
 use super::{AuxData, DType, NDArray, StorageType};
 use crate::error::Result;
 use crate::reduce::copy_cast;

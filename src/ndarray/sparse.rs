@@ -1,7 +1,7 @@
 //! Sparse arrays (row_sparse, csr): creation and the parts MXNet's C API reads and fills.
 //! The store's sparse operations build on these.
 
-use super::buffer::Buffer;
+use crate::base::buffer::Buffer;
 use super::{checked_size, shape_string, AuxData, Context, DType, NDArray, Payload, StorageType};
 use crate::engine::engine;
 use crate::error::Result;

@@ -1,6 +1,6 @@
 //! Storage types, with MXNet's frozen codes, and the chunk that holds an array's memory.
 
-use super::buffer::Buffer;
+use crate::base::buffer::Buffer;
 use super::DType;
 use crate::engine::Var;
 use crate::error::Result;

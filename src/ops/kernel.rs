@@ -123,7 +123,7 @@ impl Kernel {
 fn filled(shape: &[usize], dtype: DType, value: f64) -> Result<Dense> {
     let mut out = Dense::zeros(shape, dtype)?;
     crate::with_element_type!(dtype, T => {
-        crate::ndarray::buffer::typed_mut::<T>(out.data.bytes_mut()).fill(<T as crate::reduce::element::Element>::from_f64(value));
+        crate::base::buffer::typed_mut::<T>(out.data.bytes_mut()).fill(<T as crate::base::element::Element>::from_f64(value));
     });
     Ok(out)
 }

@@ -3,9 +3,9 @@
 use super::params::Params;
 use super::values::Dense;
 use crate::error::Result;
-use crate::ndarray::buffer::{typed, typed_mut};
+use crate::base::buffer::{typed, typed_mut};
 use crate::ndarray::shape_string;
-use crate::reduce::element::Element;
+use crate::base::element::Element;
 
 /// The axes to reduce, normalised (negative counts from the end), sorted and unique.
 fn reduced_axes(ndim: usize, axis: Option<Vec<i64>>, exclude: bool, shape: &[usize]) -> Result<Vec<bool>> {

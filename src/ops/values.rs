@@ -2,7 +2,7 @@
 //! written into output arrays of any storage type.
 
 use crate::error::Result;
-use crate::ndarray::buffer::Buffer;
+use crate::base::buffer::Buffer;
 use crate::ndarray::{shape_string, Context, DType, NDArray, StorageType};
 use crate::reduce::sparse::densify;
 

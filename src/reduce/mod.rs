@@ -1,9 +1,7 @@
 //! Reduction kernels: the element-wise sum of a key's pushed values, and copies with casts.
 //! Every kernel reads and writes plain slices; the store decides what, the engine decides when.
 
-pub mod element;
 mod parallel;
-pub(crate) mod prefetch;
 #[cfg(target_arch = "x86_64")]
 mod half_simd;
 mod simd;
@@ -14,9 +12,9 @@ mod sum;
 pub use parallel::ReduceConfig;
 pub use sum::{sum_into, SumOrder};
 
-use crate::ndarray::buffer::{typed, typed_mut};
+use crate::base::buffer::{typed, typed_mut};
 use crate::ndarray::DType;
-use element::{convert, Element};
+use crate::base::element::{convert, Element};
 
 /// Copies `src` (of `src_dtype`) into `dst` (of `dst_dtype`), casting element-wise.
 pub fn copy_cast(src_dtype: DType, src: &[u8], dst_dtype: DType, dst: &mut [u8]) {
@@ -104,7 +102,7 @@ fn cast_slice<S: Element, T: Element>(src: &[S], dst: &mut [T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ndarray::buffer::Buffer;
+    use crate::base::buffer::Buffer;
 
     #[test]
     fn copy_cast_converts_like_static_cast() {

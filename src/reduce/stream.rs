@@ -263,7 +263,7 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn the_sse_and_avx2_sum_bodies_agree_bit_for_bit() {
-        use crate::ndarray::buffer::{typed_mut, Buffer};
+        use crate::base::buffer::{typed_mut, Buffer};
         use crate::reduce::SumOrder;
         if !crate::reduce::simd::has_avx2() {
             return;

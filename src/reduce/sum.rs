@@ -1,8 +1,8 @@
 //! The element-wise sum of a key's values, in one pass over the sources.
 
-use super::element::Element;
+use crate::base::element::Element;
 use super::parallel::for_parts;
-use crate::ndarray::buffer::{typed, typed_mut};
+use crate::base::buffer::{typed, typed_mut};
 use crate::ndarray::DType;
 
 /// How the sources are associated. For floats the grouping decides the rounding, so each store
@@ -167,7 +167,7 @@ fn combine<T: Element, const K: usize>(order: SumOrder, head: T, values: [T; K])
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ndarray::buffer::Buffer;
+    use crate::base::buffer::Buffer;
 
     fn buf_f32(v: &[f32]) -> Buffer {
         let mut b = Buffer::zeroed(v.len() * 4).unwrap();

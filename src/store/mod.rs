@@ -3,13 +3,13 @@
 
 mod entries;
 mod keys;
-mod kind;
+mod comm;
 mod plan;
-mod schedule;
+
 mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
-pub use kind::StoreKind;
+pub use comm::StoreKind;
 pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
 use crate::compression::GradientCompression;
@@ -18,7 +18,7 @@ use crate::ndarray::{Context, NDArray, StorageType};
 use crate::reduce::SumOrder;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushPlan;
-use schedule::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, SumJob};
+use crate::backend::host::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, SumJob};
 use entries::Entries;
 use std::ffi::CString;
 
@@ -273,7 +273,7 @@ impl KVStore {
         let plan = plan::plan_row_sparse_pull(&state.entries, &ids, &Self::shown(&state.keys), outs, row_ids)?;
         state.keys.fix_type(&keys);
         for (stored, out, rid) in plan {
-            schedule::schedule_row_sparse_pull(stored, out, rid, priority);
+            crate::backend::host::schedule_row_sparse_pull(stored, out, rid, priority);
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Validation of a call before anything changes: every check runs first and yields a plan, so
 //! a bad input fails with the store exactly as it was.
 
-use super::schedule::CopyJob;
+use crate::backend::host::CopyJob;
 use crate::error::Result;
 use crate::ndarray::{shape_string, NDArray, StorageType};
 use std::ops::Range;

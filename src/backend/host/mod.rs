@@ -4,7 +4,7 @@
 
 use crate::compression::GradientCompression;
 use crate::engine::{engine, Var};
-use crate::ndarray::buffer::{typed, typed_mut};
+use crate::base::buffer::{typed, typed_mut};
 use crate::ndarray::{NDArray, StorageType};
 use crate::reduce::sparse;
 use crate::reduce::{copy_cast_many, copy_cast_many_unfenced, fence_copies, sum_into, SumOrder};
@@ -274,7 +274,7 @@ pub(crate) fn schedule_row_sparse_pull(stored: NDArray, out: NDArray, rid: NDArr
         let data = if s.dtype() == o.dtype() {
             kept
         } else {
-            let Ok(mut cast) = crate::ndarray::buffer::Buffer::zeroed(want.len() * o.row_bytes()) else { return };
+            let Ok(mut cast) = crate::base::buffer::Buffer::zeroed(want.len() * o.row_bytes()) else { return };
             crate::reduce::copy_cast(s.dtype(), kept.bytes(), o.dtype(), cast.bytes_mut());
             cast
         };

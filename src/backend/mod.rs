@@ -1,0 +1,3 @@
+//! Execution backends, one per context kind.
+
+pub(crate) mod host;
