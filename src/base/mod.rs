@@ -3,8 +3,10 @@
 //! stand on it; it imports nothing of the crate but `error`.
 
 pub mod buffer;
+mod cast;
 mod dtype;
 pub mod element;
 pub(crate) mod prefetch;
 
+pub use cast::cast;
 pub use dtype::{DType, ALL_DTYPES};

@@ -132,14 +132,15 @@ pub extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mut c_voi
 }
 
 /// Runs `f` on the array unless the handle holds an empty array.
-fn unless_empty(handle: NDArrayHandle, f: impl FnOnce(&NDArray)) -> Result<()> {
-    if let Some(a) = handle::ndarray_or_empty(handle, "handle")? {
-        f(&a);
+fn unless_empty(handle: NDArrayHandle, f: impl FnOnce(&NDArray) -> Result<()>) -> Result<()> {
+    match handle::ndarray_or_empty(handle, "handle")? {
+        Some(a) => f(&a),
+        None => Ok(()),
     }
-    Ok(())
 }
 
-/// Waits until pending writes to the array have finished.
+/// Waits until pending writes to the array have finished. Answers -1 with the message of an
+/// asynchronous operation that failed writing it (the failure is then cleared).
 ///
 /// Ownership: none.
 #[no_mangle]
@@ -147,7 +148,8 @@ pub extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
     ffi_boundary!("MXNDArrayWaitToRead", { unless_empty(handle, NDArray::wait_to_read) })
 }
 
-/// Waits until pending reads and writes of the array have finished.
+/// Waits until pending reads and writes of the array have finished. Answers -1 with the
+/// message of an asynchronous operation that failed writing it (the failure is then cleared).
 ///
 /// Ownership: none.
 #[no_mangle]
@@ -155,15 +157,14 @@ pub extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
     ffi_boundary!("MXNDArrayWaitToWrite", { unless_empty(handle, NDArray::wait_to_write) })
 }
 
-/// Waits until every pending operation has finished.
+/// Waits until every pending operation has finished. Answers -1 with the message of the
+/// first asynchronous operation that failed since the last `MXNDArrayWaitAll` (every such
+/// failure is then cleared).
 ///
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXNDArrayWaitAll() -> c_int {
-    ffi_boundary!("MXNDArrayWaitAll", {
-        crate::engine::engine().wait_all();
-        Ok(())
-    })
+    ffi_boundary!("MXNDArrayWaitAll", { crate::engine::engine().wait_all() })
 }
 
 /// The array's shape, or none (`None`) for an empty array.

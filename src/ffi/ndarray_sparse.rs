@@ -72,7 +72,7 @@ pub extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle, handle
         let dst = handle::ndarray(handle_dst, "handle_dst")?;
         let src = handle::ndarray(handle_src, "handle_src")?;
         match (i, dst.stype()) {
-            (-1, StorageType::Default) => src.copy_to_sync(&dst),
+            (-1, StorageType::Default) => crate::backend::for_context(dst.ctx()).copy_sync(&src, &dst),
             (-1, _) => dst.set_sparse_data_from(&src),
             (i, _) if i >= 0 => dst.set_aux_from(i as usize, &src),
             (i, _) => crate::bail!("i = {i}: expected -1 (values) or an aux index"),

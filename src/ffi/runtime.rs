@@ -39,7 +39,8 @@ pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MXNotifyShutdown() -> c_int {
     ffi_boundary!("MXNotifyShutdown", {
-        crate::engine::engine().wait_all();
+        // Shutting down reports nothing: MXNet's engine drops pending failures at shutdown.
+        let _ = crate::engine::engine().wait_all();
         Ok(())
     })
 }

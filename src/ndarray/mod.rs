@@ -142,12 +142,6 @@ impl NDArray {
         Arc::ptr_eq(&self.chunk, &other.chunk)
     }
 
-    /// The same memory seen with another context label (MXNet's stores report `cpu_pinned(0)`).
-    pub fn with_context(mut self, ctx: Context) -> NDArray {
-        self.ctx = ctx;
-        self
-    }
-
     fn byte_range(&self) -> Range<usize> {
         let esz = self.dtype.size();
         self.offset * esz..(self.offset + self.size()) * esz
@@ -211,14 +205,16 @@ impl NDArray {
         payload.data.as_mut_ptr().wrapping_add(offset)
     }
 
-    /// Blocks until pending writes to this array have finished.
-    pub fn wait_to_read(&self) {
-        engine().wait_to_read(self.var());
+    /// Blocks until pending writes to this array have finished; reports (and clears) the
+    /// failure of an asynchronous op that wrote it.
+    pub fn wait_to_read(&self) -> Result<()> {
+        engine().wait_to_read(self.var())
     }
 
-    /// Blocks until pending reads and writes of this array have finished.
-    pub fn wait_to_write(&self) {
-        engine().wait_to_write(self.var());
+    /// Blocks until pending reads and writes of this array have finished; reports (and
+    /// clears) the failure of an asynchronous op that wrote it.
+    pub fn wait_to_write(&self) -> Result<()> {
+        engine().wait_to_write(self.var())
     }
 
     /// Copies host bytes (the array's dtype, `data_byte_len` long) in, after pending ops.
@@ -234,7 +230,7 @@ impl NDArray {
                 dst.copy_from_slice(bytes);
                 Ok(())
             })
-        })
+        })?
     }
 
     /// Copies the values out to host bytes, after pending writes.
@@ -250,7 +246,7 @@ impl NDArray {
                 out.copy_from_slice(src);
                 Ok(())
             })
-        })
+        })?
     }
 
     /// A view of rows `begin..end` of the first dimension (MXNet's `Slice`).

@@ -4,7 +4,7 @@
 use crate::base::buffer::{typed, Buffer};
 use super::{AuxData, DType, NDArray, StorageType};
 use crate::error::Result;
-use crate::reduce::copy_cast;
+use crate::base::cast;
 
 /// A row_sparse value read out: its row ids and the bytes of those rows.
 pub struct Rows {
@@ -32,7 +32,7 @@ impl NDArray {
             Some(aux) if aux.dtype == DType::Int64 => typed::<i64>(aux.data.bytes()).to_vec(),
             Some(aux) => {
                 let mut ids = vec![0i64; aux.shape.first().copied().unwrap_or(0)];
-                copy_cast(aux.dtype, aux.data.bytes(), DType::Int64, bytemuck::cast_slice_mut(&mut ids));
+                cast(aux.dtype, aux.data.bytes(), DType::Int64, bytemuck::cast_slice_mut(&mut ids));
                 ids
             }
             None => Vec::new(),
@@ -46,7 +46,7 @@ impl NDArray {
         let mut payload = self.chunk.payload.write();
         let aux_dtype = payload.aux.first().map_or(DType::Int64, |a| a.dtype);
         let mut aux = Buffer::zeroed(ids.len() * aux_dtype.size())?;
-        copy_cast(DType::Int64, bytemuck::cast_slice(ids), aux_dtype, aux.bytes_mut());
+        cast(DType::Int64, bytemuck::cast_slice(ids), aux_dtype, aux.bytes_mut());
         let mut storage_shape = self.shape().to_vec();
         if let Some(first) = storage_shape.first_mut() {
             *first = ids.len();

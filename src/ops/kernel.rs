@@ -5,7 +5,7 @@ use super::params::Params;
 use super::values::{Dense, Output};
 use crate::error::Result;
 use crate::ndarray::{DType, StorageType};
-use crate::reduce::copy_cast;
+use crate::base::cast;
 
 /// The computation behind an op.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -131,6 +131,6 @@ fn filled(shape: &[usize], dtype: DType, value: f64) -> Result<Dense> {
 /// A copy of `value` in `dtype` (C casts).
 fn copy_of(value: &Dense, dtype: DType) -> Result<Dense> {
     let mut out = Dense::zeros(&value.shape, dtype)?;
-    copy_cast(value.dtype, value.data.bytes(), dtype, out.data.bytes_mut());
+    cast(value.dtype, value.data.bytes(), dtype, out.data.bytes_mut());
     Ok(out)
 }

@@ -31,7 +31,7 @@ pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given
     let target = given.and_then(|g| g.iter().flatten().next()).map(|a| (a.shape().to_vec(), a.dtype()));
 
     let reads: Vec<&Var> = inputs.iter().map(NDArray::var).collect();
-    let values = engine().run_sync(&reads, &[], || inputs.iter().map(Dense::read_now).collect::<Result<Vec<_>>>())?;
+    let values = engine().run_sync(&reads, &[], || inputs.iter().map(Dense::read_now).collect::<Result<Vec<_>>>())??;
     let results = kernel.compute(name, &values, &params, target.as_ref().map(|(s, d)| (s.as_slice(), *d)))?;
 
     let ctx = match params.ctx("ctx")? {
@@ -58,7 +58,7 @@ pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given
             writes.push(o.var());
         }
     }
-    engine().run_sync(&[], &writes, || results.iter().zip(&outputs).try_for_each(|(r, o)| r.write_now(o)))?;
+    engine().run_sync(&[], &writes, || results.iter().zip(&outputs).try_for_each(|(r, o)| r.write_now(o)))??;
     Ok(outputs)
 }
 

@@ -4,7 +4,7 @@
 
 use crate::base::element::Element;
 use crate::base::buffer::{typed, typed_mut, Buffer};
-use crate::ndarray::DType;
+use crate::base::DType;
 use crate::error::Result;
 
 /// Sorted unique ids of all inputs.

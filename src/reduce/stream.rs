@@ -297,7 +297,7 @@ mod tests {
                     bytes.truncate(k);
                     let mut buf = vec![0f32; 1040];
                     let dst = &mut buf[offset..1037];
-                    crate::reduce::sum_into(crate::ndarray::DType::Float32, order, bytemuck::cast_slice_mut(&mut want), &bytes);
+                    crate::reduce::sum_into(crate::base::DType::Float32, order, bytemuck::cast_slice_mut(&mut want), &bytes, 1);
                     assert!(stream_sum_f32(order, dst, &views));
                     assert!(dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{order:?} k={k} offset={offset}");
                 }

@@ -1,25 +1,23 @@
 //! The key-value store of MXNet's `local` and `device` types: init, push (sum, then updater or
 //! assignment), pull, push-pull and broadcast, with int or string keys.
 
+mod batch;
+mod comm;
 mod entries;
 mod keys;
-mod comm;
 mod plan;
-
 mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
 pub use comm::StoreKind;
 pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
-use crate::compression::GradientCompression;
+use crate::backend::{CompressedSumJob, GradientCompression, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
 use crate::ndarray::{Context, NDArray, StorageType};
-use crate::reduce::SumOrder;
+use entries::Entries;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushPlan;
-use crate::backend::host::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, SumJob};
-use entries::Entries;
 use std::ffi::CString;
 
 /// Where stores keep values, as MXNet's do (`Comm::pinned_ctx_`).
@@ -130,7 +128,8 @@ impl KVStore {
         let plan = plan::plan_init(&state.entries, &ids, &Self::shown(&registry), values)?;
         state.keys = registry;
         for (id, value) in plan {
-            let stored = value.deep_copy(STORE_CONTEXT, 0)?;
+            let stored = value.empty_like(STORE_CONTEXT)?;
+            crate::backend::for_context(STORE_CONTEXT).copy_any(&value, &stored, 0);
             state.entries.insert(id, Entry::new(stored));
         }
         Ok(())
@@ -162,7 +161,7 @@ impl KVStore {
         let entries = &state.entries;
         let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), &ids, &Self::shown(&state.keys), outs, ignore_sparse)?;
         state.keys.fix_type(&keys);
-        schedule_copies(copies.outs, copies.copies, priority);
+        batch::copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -197,7 +196,7 @@ impl KVStore {
             (self.schedule_push(&mut state, plan, priority)?, copies)
         };
         self.call_updaters(calls);
-        schedule_copies(copies.outs, copies.copies, priority);
+        batch::copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -232,10 +231,10 @@ impl KVStore {
         registry.fix_type(&okeys);
         state.keys = registry;
         for ((id, value), (_, dst)) in inits.iter().zip(stored) {
-            value.schedule_copy_to(&dst, priority);
+            crate::backend::for_context(dst.ctx()).copy_any(value, &dst, priority);
             state.entries.insert(*id, Entry::new(dst));
         }
-        schedule_copies(copies.outs, copies.copies, priority);
+        batch::copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -272,8 +271,8 @@ impl KVStore {
         let ids = state.keys.lookup(&keys)?;
         let plan = plan::plan_row_sparse_pull(&state.entries, &ids, &Self::shown(&state.keys), outs, row_ids)?;
         state.keys.fix_type(&keys);
-        for (stored, out, rid) in plan {
-            crate::backend::host::schedule_row_sparse_pull(stored, out, rid, priority);
+        for (stored, out, row_ids) in plan {
+            crate::backend::for_context(out.ctx()).row_sparse_pull(RowSparsePull { stored, out, row_ids }, priority);
         }
         Ok(())
     }
@@ -342,17 +341,22 @@ impl KVStore {
                 calls.push(UpdaterCall { key, recv, local: entry.stored.clone(), updaters: updaters.clone() });
             }
         }
-        schedule_sums(self.sum_order(), values, sums, priority);
-        schedule_compressed_sums(compressed, priority);
+        batch::sums(self.sum_order(), values, sums, priority);
+        batch::compressed_sums(compressed, priority);
         Ok(calls)
     }
 
     /// Calls the updaters on the calling thread, with no store lock held: an updater may call
     /// back into the library. Each waits until its inputs are ready, so it may read raw data.
+    /// When the sum failed, the updater is not called and the failure moves to the stored
+    /// value, where the next pull's wait reports it (MXNet's updater ops would read the failed
+    /// sum and pass its failure on to the stored value).
     fn call_updaters(&self, calls: Vec<UpdaterCall>) {
         for c in calls {
-            c.recv.wait_to_read();
-            c.local.wait_to_write();
+            if let Err(failure) = c.recv.wait_to_read().and_then(|()| c.local.wait_to_write()) {
+                crate::engine::engine().push(&[], &[c.local.var()], 0, move |_| Err(failure));
+                continue;
+            }
             c.updaters.call(&c.key, c.recv, c.local);
         }
     }

@@ -1,7 +1,7 @@
 //! Validation of a call before anything changes: every check runs first and yields a plan, so
 //! a bad input fails with the store exactly as it was.
 
-use crate::backend::host::CopyJob;
+use crate::backend::CopyJob;
 use crate::error::Result;
 use crate::ndarray::{shape_string, NDArray, StorageType};
 use std::ops::Range;
@@ -125,7 +125,7 @@ pub(crate) fn plan_push(
 
 /// Checks that a compressed push only carries float32 values, as MXNet requires.
 pub(crate) fn check_compressible(
-    compression: Option<crate::compression::GradientCompression>,
+    compression: Option<crate::backend::GradientCompression>,
     entries: &Entries,
     plan: &PushPlan,
     shown: &dyn Fn(i32) -> String,
