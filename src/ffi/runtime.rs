@@ -1,12 +1,9 @@
-//! Process-wide calls: errors, version, shutdown, roles and the parameter-server environment.
+//! Process-wide calls: errors, version, shutdown, roles.
 
 #![allow(non_snake_case)]
 
 use super::args::Out;
 use crate::error::Result;
-use once_cell::sync::Lazy;
-use parking_lot::RwLock;
-use std::collections::HashMap;
 use std::os::raw::{c_char, c_int};
 
 /// MXNet's version code for 1.9.1: major·10000 + minor·100 + patch.
@@ -27,7 +24,7 @@ pub extern "C" fn MXGetLastError() -> *const c_char {
 /// Ownership: `*out` is written on success.
 #[no_mangle]
 pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
-    ffi_boundary!("MXGetVersion", {
+    ffi_boundary!({
         Out::new(out, "out")?.write(MXNET_VERSION);
         Ok(())
     })
@@ -38,7 +35,7 @@ pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXNotifyShutdown() -> c_int {
-    ffi_boundary!("MXNotifyShutdown", {
+    ffi_boundary!({
         // Shutting down reports nothing: MXNet's engine drops pending failures at shutdown.
         let _ = crate::engine::engine().wait_all();
         Ok(())
@@ -50,32 +47,16 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
 /// Ownership: `*out` is written on success.
 #[no_mangle]
 pub extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
-    ffi_boundary!("MXGetGPUCount", {
+    ffi_boundary!({
         Out::new(out, "out")?.write(crate::gpu::device_count());
         Ok(())
     })
 }
 
-/// Values given by `MXInitPSEnv`; they take precedence over the process environment.
-static PS_ENV: Lazy<RwLock<HashMap<String, String>>> = Lazy::new(|| RwLock::new(HashMap::new()));
-
-pub(crate) fn set_ps_env(keys: &[&str], vals: &[&str]) {
-    let mut env = PS_ENV.write();
-    for (k, v) in keys.iter().zip(vals) {
-        env.insert((*k).to_string(), (*v).to_string());
-    }
-}
-
-/// A parameter-server setting (`DMLC_*`): `MXInitPSEnv`'s value, else the environment's.
-pub(crate) fn ps_env(name: &str) -> Option<String> {
-    PS_ENV.read().get(name).cloned().or_else(|| std::env::var(name).ok())
-}
-
 /// Writes 1 to `ret` if this process has `role` (an unset `DMLC_ROLE` means worker).
 pub(crate) fn role_is(ret: *mut c_int, role: &str) -> Result<()> {
     let out = Out::new(ret, "ret")?;
-    let actual = ps_env("DMLC_ROLE").unwrap_or_else(|| "worker".to_string());
-    out.write((actual == role) as c_int);
+    out.write(crate::store::env::has_role(role) as c_int);
     Ok(())
 }
 
@@ -95,7 +76,7 @@ pub extern "C" fn NNGetLastError() -> *const c_char {
 pub extern "C" fn NNAPISetLastError(msg: *const c_char) {
     // The C signature returns void, so the boundary's status has nowhere to go: a failure
     // has already been recorded as the last error, which is what this call is for.
-    let _ = ffi_boundary!("NNAPISetLastError", {
+    let _ = ffi_boundary!({
         let text = super::args::string(msg, "msg")?;
         super::last_error::set_raw(text);
         Ok(())

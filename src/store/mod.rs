@@ -3,13 +3,14 @@
 
 mod batch;
 mod comm;
+pub mod env;
 mod entries;
 mod keys;
 mod plan;
 mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
-pub use comm::StoreKind;
+pub use comm::{Comm, StoreKind};
 pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
 use crate::backend::{CompressedSumJob, GradientCompression, RowSparsePull, SumJob, SumOrder};
@@ -65,7 +66,7 @@ struct State {
 /// A store.
 pub struct KVStore {
     type_name: CString,
-    kind: StoreKind,
+    comm: Box<dyn Comm>,
     state: Mutex<State>,
     updaters: RwLock<Updaters>,
     // Held across a whole push, updater calls included, so that concurrent pushes cannot
@@ -83,11 +84,11 @@ impl KVStore {
     /// A store of MXNet type `type_name` (matched lower-cased, as MXNet does).
     pub fn new(type_name: &str) -> Result<KVStore> {
         let lower = type_name.to_lowercase();
-        let kind = StoreKind::from_name(&lower)?;
+        let comm = comm::for_name(&lower)?;
         let type_name = CString::new(lower).map_err(|_| crate::Error::new("store type contains a NUL byte"))?;
         Ok(KVStore {
             type_name,
-            kind,
+            comm,
             state: Mutex::new(State::default()),
             updaters: RwLock::new(Updaters::default()),
             push_lock: ReentrantMutex::new(()),
@@ -99,16 +100,13 @@ impl KVStore {
         &self.type_name
     }
 
-    /// The reduction kind.
+    /// The communication kind.
     pub fn kind(&self) -> StoreKind {
-        self.kind
+        self.comm.kind()
     }
 
     fn sum_order(&self) -> SumOrder {
-        match self.kind {
-            StoreKind::Local => SumOrder::CpuComm,
-            StoreKind::Device => SumOrder::Serial,
-        }
+        self.comm.sum_order()
     }
 
     /// How a key appears in messages: the user's int or string.
@@ -259,7 +257,7 @@ impl KVStore {
 
     /// The compression a push applies: only `device` stores compress.
     fn active_compression(&self, state: &State) -> Option<GradientCompression> {
-        state.compression.filter(|_| self.kind == StoreKind::Device)
+        state.compression.filter(|_| self.comm.applies_compression())
     }
 
     /// Pulls the rows `row_ids[i]` (any shape and dtype, unsorted, repeated) of each key into
@@ -284,12 +282,22 @@ impl KVStore {
 
     /// Rank of this worker: 0 for local stores.
     pub fn rank(&self) -> i32 {
-        0
+        self.comm.rank()
     }
 
     /// Number of workers: 1 for local stores.
     pub fn group_size(&self) -> i32 {
-        1
+        self.comm.group_size()
+    }
+
+    /// Waits until every worker has reached the barrier (at once for local stores).
+    pub fn barrier(&self) -> Result<()> {
+        self.comm.barrier()
+    }
+
+    /// The number of dead nodes (0 for local stores).
+    pub fn num_dead_nodes(&self, node_id: i32, timeout_sec: i32) -> Result<i32> {
+        self.comm.num_dead_nodes(node_id, timeout_sec)
     }
 
     /// Schedules the sums of a checked push; returns the updater calls to make, if any.
