@@ -89,7 +89,7 @@ mod tests {
     fn run(keys: &[&str], vals: &[&str]) -> Dense {
         let mut d = Dense::zeros(&[2, 3], DType::Int64).unwrap();
         d.data.bytes_mut().copy_from_slice(bytemuck::cast_slice(&[1i64, 2, 3, 4, 5, 6]));
-        sum(&d, &Params::new(lookup("sum").unwrap(), keys, vals).unwrap()).unwrap()
+        sum(&d, &Params::new(lookup("sum").unwrap().info(), keys, vals).unwrap()).unwrap()
     }
 
     #[test]
