@@ -47,7 +47,7 @@ static FEATURES: Lazy<Features> = Lazy::new(|| {
 /// Ownership: the array belongs to the library and lives for the process.
 #[no_mangle]
 pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *mut usize) -> c_int {
-    ffi_boundary!("MXLibInfoFeatures", {
+    ffi_boundary!({
         let (list, n) = (Out::new(libFeature, "libFeature")?, Out::new(size, "size")?);
         list.write(FEATURES.list.as_ptr());
         n.write(FEATURES.list.len());
@@ -62,7 +62,7 @@ pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *m
 #[no_mangle]
 pub extern "C" fn MXRandomSeed(seed: c_int) -> c_int {
     let _ = seed;
-    ffi_boundary!("MXRandomSeed", { Ok(()) })
+    ffi_boundary!({ Ok(()) })
 }
 
 /// The data iterators MXNet 1.9 registers and the Python frontend imports by name.
@@ -95,7 +95,7 @@ fn iterator_index(creator: *mut c_void) -> Result<usize> {
 /// Ownership: the array belongs to the library and lives for the process.
 #[no_mangle]
 pub extern "C" fn MXListDataIters(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXListDataIters", {
+    ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         size.write(ITERATORS.len() as u32);
         array.write(ITERATORS.as_ptr());
@@ -116,7 +116,7 @@ pub extern "C" fn MXDataIterGetIterInfo(
     arg_type_infos: *mut *mut *const c_char,
     arg_descriptions: *mut *mut *const c_char,
 ) -> c_int {
-    ffi_boundary!("MXDataIterGetIterInfo", {
+    ffi_boundary!({
         let (name, description) = (Out::new(name, "name")?, Out::new(description, "description")?);
         let num_args = Out::new(num_args, "num_args")?;
         let (names, types) = (Out::new(arg_names, "arg_names")?, Out::new(arg_type_infos, "arg_type_infos")?);

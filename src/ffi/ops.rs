@@ -65,7 +65,7 @@ fn write_names(out_size: Out<u32>, out_array: Out<*mut *const c_char>) {
 /// Ownership: the array and strings belong to the library and live for the process.
 #[no_mangle]
 pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXListAllOpNames", {
+    ffi_boundary!({
         write_names(Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         Ok(())
     })
@@ -76,7 +76,7 @@ pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *con
 /// Ownership: the array and strings belong to the library and live for the process.
 #[no_mangle]
 pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("NNListAllOpNames", {
+    ffi_boundary!({
         write_names(Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         Ok(())
     })
@@ -87,7 +87,7 @@ pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *con
 /// Ownership: `*op_out` is a token valid for the process; it is never freed.
 #[no_mangle]
 pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNGetOpHandle", {
+    ffi_boundary!({
         let out = Out::new(op_out, "op_out")?;
         let op = ops::lookup(args::string(op_name, "op_name")?)?;
         out.write(op_handle(op) as *mut c_void);
@@ -100,7 +100,7 @@ pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void
 /// Ownership: the array belongs to the library and lives for the process.
 #[no_mangle]
 pub extern "C" fn MXSymbolListAtomicSymbolCreators(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolListAtomicSymbolCreators", {
+    ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         size.write(CREATORS.len() as u32);
         array.write(CREATORS.as_ptr());
@@ -125,7 +125,7 @@ pub extern "C" fn MXSymbolGetAtomicSymbolInfo(
     key_var_num_args: *mut *const c_char,
     return_type: *mut *const c_char,
 ) -> c_int {
-    ffi_boundary!("MXSymbolGetAtomicSymbolInfo", {
+    ffi_boundary!({
         let (name, description) = (Out::new(name, "name")?, Out::new(description, "description")?);
         let num_args = Out::new(num_args, "num_args")?;
         let (names, types) = (Out::new(arg_names, "arg_names")?, Out::new(arg_type_infos, "arg_type_infos")?);
@@ -241,7 +241,7 @@ pub extern "C" fn MXImperativeInvoke(
     param_keys: *mut *const c_char,
     param_vals: *mut *const c_char,
 ) -> c_int {
-    ffi_boundary!("MXImperativeInvoke", {
+    ffi_boundary!({
         invoke(creator, num_inputs, inputs, num_outputs, outputs, num_params, param_keys, param_vals, None)
     })
 }
@@ -262,7 +262,7 @@ pub extern "C" fn MXImperativeInvokeEx(
     param_vals: *mut *const c_char,
     out_stypes: *mut *const c_int,
 ) -> c_int {
-    ffi_boundary!("MXImperativeInvokeEx", {
+    ffi_boundary!({
         let stypes = Out::new(out_stypes, "out_stypes")?;
         invoke(creator, num_inputs, inputs, num_outputs, outputs, num_params, param_keys, param_vals, Some(stypes))
     })
@@ -274,7 +274,7 @@ pub extern "C" fn MXImperativeInvokeEx(
 /// Ownership: `*out_array` belongs to the library.
 #[no_mangle]
 pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *const c_void) -> c_int {
-    ffi_boundary!("MXListFunctions", {
+    ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         size.write(0);
         array.write(CREATORS.as_ptr() as *mut *const c_void);
@@ -287,7 +287,7 @@ pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *cons
 /// Ownership: `*out_array` belongs to the library.
 #[no_mangle]
 pub extern "C" fn MXNetFuncListGlobalNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXNetFuncListGlobalNames", {
+    ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         size.write(0);
         array.write(ALL_NAMES.as_ptr());
@@ -302,7 +302,7 @@ pub extern "C" fn MXNetFuncListGlobalNames(out_size: *mut u32, out_array: *mut *
 #[no_mangle]
 pub extern "C" fn MXCustomOpRegister(op_type: *const c_char, creator: super::types::CustomOpPropCreator) -> c_int {
     let _ = creator;
-    ffi_boundary!("MXCustomOpRegister", {
+    ffi_boundary!({
         args::string(op_type, "op_type")?;
         Ok(())
     })
