@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: header freshness, Rust unit tests, the C programs (walkthrough,
+# The whole test suite: header, stubs and op-catalog freshness, Rust unit tests (and the
+# import-layering check, tests/layers.rs), the C programs (walkthrough,
 # differential against the reference libmxnet.so, bad input, threads; both again on the
 # x86_64 baseline loops), the header ABI check,
 # the Python proof (the unchanged mxnet 1.9.1 package on both libraries), and the C programs
@@ -14,6 +15,9 @@ export KVSTORE_REQUIRE_REFERENCE=1
 echo "reference library: $MXNET_LIBRARY"
 
 scripts/gen-header.sh --check
+# The generated stubs and operator catalog match their generators and the committed lists.
+python3 scripts/gen-stubs.py --check
+python3 scripts/gen-op-catalog.py --check
 cargo test --release
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.

@@ -6,7 +6,9 @@ pub mod buffer;
 mod cast;
 mod dtype;
 pub mod element;
+mod padded;
 pub(crate) mod prefetch;
 
 pub use cast::cast;
 pub use dtype::{DType, ALL_DTYPES};
+pub use padded::CachePadded;

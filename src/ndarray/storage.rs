@@ -4,7 +4,7 @@ use crate::base::buffer::Buffer;
 use super::DType;
 use crate::engine::Var;
 use crate::error::Result;
-use crossbeam::utils::CachePadded;
+use crate::base::CachePadded;
 use parking_lot::RwLock;
 
 /// A storage type. The discriminants are MXNet's `NDArrayStorageType` codes (ABI).

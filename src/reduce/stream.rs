@@ -54,11 +54,17 @@ pub(crate) fn stream_copy_unfenced(dst: &mut [u8], src: &[u8]) {
     dst.copy_from_slice(src);
 }
 
-/// Streams whole 16-byte steps to a 16-byte aligned `dst`, 64 bytes per iteration where it can.
+/// Streams whole 16-byte steps to a 16-byte aligned `dst`. Any other `dst` (misaligned, or
+/// not whole steps of `src`'s length) is copied plainly: the streaming store faults on a
+/// misaligned address, so the condition is checked, not assumed.
 #[cfg(target_arch = "x86_64")]
 fn stream_16(dst: &mut [u8], src: &[u8]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-    debug_assert!(dst.len() == src.len() && dst.len() % 16 == 0 && dst.as_ptr() as usize % 16 == 0);
+    if dst.len() != src.len() || dst.len() % 16 != 0 || dst.as_ptr() as usize % 16 != 0 {
+        let n = dst.len().min(src.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
     for (d, s) in dst.chunks_exact_mut(16).zip(src.chunks_exact(16)) {
         // SAFETY: SSE2 is part of x86_64. Each chunk holds 16 bytes; `d` is 16-byte aligned
         // (the caller aligned the start and chunks are 16 bytes), as `_mm_stream_si128`
@@ -70,7 +76,8 @@ fn stream_16(dst: &mut [u8], src: &[u8]) {
 /// Streams whole 64-byte steps to a 32-byte aligned `dst` with AVX2 stores.
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2, `dst` must start on a 32-byte boundary, and `dst` and `src` must
+/// be of one length, a multiple of 64 bytes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn stream_64_avx2(dst: &mut [u8], src: &[u8]) {
