@@ -116,7 +116,7 @@ impl OpEnv {
 
     /// Threads the op may use: its own and those of the idle workers with nothing queued. A
     /// big op split over threads while the other workers are busy only oversubscribes the
-    /// cores (resnet50 on 2 cores: ~20% slower than one thread per op).
+    /// cores.
     pub fn threads(&self) -> usize {
         self.threads
     }

@@ -5,6 +5,7 @@
 
 use super::args::Out;
 use super::cstr_table::{CStrTable, TokenTable};
+use super::handle::TokenKind;
 use super::types::LibFeature;
 use crate::error::Result;
 use once_cell::sync::Lazy;
@@ -77,16 +78,14 @@ const ITERATOR_NAMES: [&str; 9] = [
     "LibSVMIter",
     "MNISTIter",
 ];
-const ITER_TAG: usize = 4;
-
-static ITERATORS: Lazy<TokenTable> = Lazy::new(|| TokenTable::new((0..ITERATOR_NAMES.len()).map(|i| (i + 1) << 4 | ITER_TAG).collect()));
+static ITERATORS: Lazy<TokenTable> =
+    Lazy::new(|| TokenTable::new((0..ITERATOR_NAMES.len()).map(|i| super::handle::token(TokenKind::DataIter, i)).collect()));
 static ITERATOR_STRINGS: Lazy<CStrTable> = Lazy::new(|| CStrTable::new(ITERATOR_NAMES));
 static ITERATOR_DESCRIPTION: Lazy<CStrTable> =
     Lazy::new(|| CStrTable::new(["Registered by name only: libkvstore has no data iterators (creating one fails)."]));
 
 fn iterator_index(creator: *mut c_void) -> Result<usize> {
-    let token = creator as usize;
-    let index = (token & 0xF == ITER_TAG).then(|| (token >> 4).checked_sub(1)).flatten().filter(|i| *i < ITERATOR_NAMES.len());
+    let index = super::handle::token_index(TokenKind::DataIter, creator, ITERATOR_NAMES.len());
     index.ok_or_else(|| crate::Error::new(format!("creator ({creator:p}) is not a data-iterator handle of libkvstore")))
 }
 

@@ -1,8 +1,8 @@
 //! Operators: listing and describing them (what the frontends' code generators read at
 //! import) and running them imperatively (`MXImperativeInvoke(Ex)`).
 //!
-//! Op handles (`AtomicSymbolCreator`, nnvm's `OpHandle`) are tokens `(index + 1) << 4 | 8`
-//! into the registry, never pointers: they are decoded and range-checked, not dereferenced.
+//! Op handles (`AtomicSymbolCreator`, nnvm's `OpHandle`) are tokens into the registry
+//! (`handle::token`), never pointers: they are decoded and range-checked, not dereferenced.
 
 #![allow(non_snake_case)]
 
@@ -12,21 +12,19 @@ use super::handle;
 use super::types::NDArrayHandle;
 use crate::error::Result;
 use crate::ndarray::NDArray;
+use super::handle::TokenKind;
 use crate::ops::{self, OpRef};
 use once_cell::sync::Lazy;
 use std::cell::RefCell;
 use std::os::raw::{c_char, c_int, c_void};
 
-const OP_TAG: usize = 8;
-
 fn op_handle(op: OpRef) -> usize {
-    (op.index() + 1) << 4 | OP_TAG
+    handle::token(TokenKind::Op, op.index())
 }
 
 /// The op behind a handle from `NNGetOpHandle` / `MXSymbolListAtomicSymbolCreators`.
 fn op_from_handle(h: *mut c_void, arg: &str) -> Result<OpRef> {
-    let token = h as usize;
-    let op = (token & 0xF == OP_TAG).then(|| (token >> 4).checked_sub(1)).flatten().and_then(OpRef::from_index);
+    let op = handle::token_index(TokenKind::Op, h, usize::MAX).and_then(OpRef::from_index);
     op.ok_or_else(|| crate::Error::new(format!("{arg} ({h:p}) is not an operator handle of libkvstore")))
 }
 
@@ -318,6 +316,6 @@ mod tests {
         assert_eq!(op_from_handle(op_handle(op) as *mut c_void, "h").unwrap(), op);
         assert!(op_from_handle(std::ptr::null_mut(), "h").is_err());
         assert!(op_from_handle(0x10 as *mut c_void, "h").is_err());
-        assert!(op_from_handle(((1usize << 30) << 4 | OP_TAG) as *mut c_void, "h").is_err());
+        assert!(op_from_handle(((1usize << 30) << 4 | TokenKind::Op as usize) as *mut c_void, "h").is_err());
     }
 }

@@ -1,7 +1,6 @@
 //! Copies with non-temporal stores. A pull writes every output once and the store does not
 //! read it again, so bypassing the cache saves the read-for-ownership of each destination
-//! line. Measured with benches/kvbench (A/B in one run): about 20% off `big` and `resnet50`
-//! for pull copies, and about 10% more for the sums of big keys (`sum.rs`).
+//! line; the big sums of `sum.rs` are streamed out for the same reason.
 
 /// Outputs at least this big are written with streaming stores; smaller ones are likely to
 /// be read again from cache soon, and gain nothing.
@@ -98,8 +97,7 @@ unsafe fn stream_64_avx2(dst: &mut [u8], src: &[u8]) {
 
 /// `dst = Σ srcs` for 2 to 4 float32 sources in `order`'s association, written with streaming
 /// stores straight from registers: the big sums of the float32 keys that dominate training,
-/// which otherwise sum into a cached block and copy it out (a second pass, ~25% slower than
-/// the memory system allows, measured against a raw SSE kernel in C). Returns false, doing
+/// which otherwise sum into a cached block and copy it out, a second pass over memory. Returns false, doing
 /// nothing, for other source counts. Bit-identical to `sum_serial`: same association.
 pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]]) -> bool {
     if !(2..=4).contains(&srcs.len()) || srcs.iter().any(|s| s.len() < dst.len()) {
