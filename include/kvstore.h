@@ -474,21 +474,25 @@ int MXNDArraySyncCopyToCPU(NDArrayHandle handle,
                            size_t size);
 
 /*
- Waits until pending writes to the array have finished.
+ Waits until pending writes to the array have finished. Answers -1 with the message of an
+ asynchronous operation that failed writing it (the failure is then cleared).
 
  Ownership: none.
  */
 int MXNDArrayWaitToRead(NDArrayHandle handle);
 
 /*
- Waits until pending reads and writes of the array have finished.
+ Waits until pending reads and writes of the array have finished. Answers -1 with the
+ message of an asynchronous operation that failed writing it (the failure is then cleared).
 
  Ownership: none.
  */
 int MXNDArrayWaitToWrite(NDArrayHandle handle);
 
 /*
- Waits until every pending operation has finished.
+ Waits until every pending operation has finished. Answers -1 with the message of the
+ first asynchronous operation that failed since the last `MXNDArrayWaitAll` (every such
+ failure is then cleared).
 
  Ownership: none.
  */

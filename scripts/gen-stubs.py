@@ -4,14 +4,21 @@
 with "not supported by libkvstore: NAME". Prototypes are read from MXNet 1.9's own headers
 (the reference wheel's include/), so the header stays type-identical to c_api.h.
 
-usage: scripts/gen-stubs.py <mxnet include dir>   (default: the reference wheel's)
+usage: scripts/gen-stubs.py [--check] [<mxnet include dir>]
+  default include dir: the reference wheel's (beside the libmxnet.so scripts/reference-mxnet.sh
+  prints). --check writes nothing and fails if src/ffi/stubs.rs is not what it would write.
 Rerun it after implementing one of the stubbed functions elsewhere in src/ffi/.
 """
-import pathlib, re, sys
+import pathlib, re, subprocess, sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-INC = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else
-                   "/opt/mxvenv/lib/python3.11/site-packages/mxnet/include")
+args = [a for a in sys.argv[1:] if a != "--check"]
+CHECK = "--check" in sys.argv[1:]
+if args:
+    INC = pathlib.Path(args[0])
+else:
+    lib = subprocess.run([str(ROOT / "scripts/reference-mxnet.sh")], check=True, capture_output=True, text=True).stdout.strip()
+    INC = pathlib.Path(lib).parent / "include"
 
 def strip_comments(s):
     return re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", s, flags=re.S))
@@ -101,7 +108,7 @@ for name in wanted:
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: {name}").
 #[no_mangle]
 pub extern "C" fn {name}({ps}) -> c_int {{
-    ffi_boundary!("{name}", {{ unsupported("{name}") }})
+    ffi_boundary!({{ unsupported("{name}") }})
 }}
 """)
 
@@ -122,5 +129,12 @@ fn unsupported(name: &str) -> crate::error::Result<()> {{
     crate::bail!("not supported by libkvstore: {{name}}")
 }}
 """
-(ROOT / "src/ffi/stubs.rs").write_text(header + "".join(body))
+text = header + "".join(body)
+target = ROOT / "src/ffi/stubs.rs"
+if CHECK:
+    if target.read_text() != text:
+        sys.exit("src/ffi/stubs.rs is stale: run scripts/gen-stubs.py")
+    print("src/ffi/stubs.rs is fresh")
+    sys.exit(0)
+target.write_text(text)
 print(f"{len(wanted)} stubs; callbacks {sorted(used_callbacks)}; structs {sorted(used_structs)}")

@@ -3,8 +3,9 @@
 //! The safe core (`ndarray`, `engine`, `reduce`, `store`, `gpu`) knows nothing of C; the
 //! `ffi` module is the thin `extern "C"` layer that validates arguments and delegates.
 
+pub mod backend;
+pub mod base;
 pub mod compression;
-pub mod dist;
 pub mod engine;
 pub mod error;
 pub mod ffi;

@@ -135,6 +135,12 @@ fn teardown() {
 }
 
 #[test]
+fn async_error() {
+    let out = own("async_error");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("async errors passed"));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));

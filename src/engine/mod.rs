@@ -2,21 +2,46 @@
 //! write; an operation runs on a worker thread once every earlier operation that writes what it
 //! touches, or reads what it writes, has finished. This is MXNet's engine contract: calls return
 //! after scheduling, work on one array runs in call order, and reads wait for pending writes.
+//!
+//! An op may fail (return an error, or panic) after the call that scheduled it has returned;
+//! the failure is kept on the variables it writes and reported at the next wait (see
+//! [`poison`]). An op may also finish later, on another thread or a device: it is handed an
+//! [`OpDone`] and completes when that is finished (see [`Engine::push_async`]).
 
 mod completion;
+mod poison;
 mod queue;
 
+use crate::error::{Error, Result};
 use completion::Completion;
-use parking_lot::{Condvar, Mutex};
-use queue::ReadyQueue;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use once_cell::sync::Lazy;
+use parking_lot::{Condvar, Mutex};
+use poison::{Failure, Poison};
+use queue::ReadyQueue;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// The unit of dependency tracking: one per storage chunk.
-#[derive(Default)]
 pub struct Var {
+    /// Names the variable in the poison table (never reused).
+    id: u64,
     state: Mutex<VarState>,
+}
+
+impl Default for Var {
+    fn default() -> Var {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Var { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), state: Mutex::default() }
+    }
+}
+
+impl Drop for Var {
+    fn drop(&mut self) {
+        // A failure nobody waited for goes with its variable (`WaitAll` still reports it).
+        if let Some(engine) = Lazy::get(&ENGINE) {
+            engine.poison.forget(self.id);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -74,32 +99,69 @@ impl Var {
     }
 }
 
-type Work = Box<dyn FnOnce() + Send + 'static>;
-type AsyncWork = Box<dyn FnOnce(AsyncDone) + Send + 'static>;
+/// What an op is told when it runs.
+#[derive(Debug, Clone, Copy)]
+pub struct OpEnv {
+    disjoint: bool,
+    threads: usize,
+}
 
-/// The completion of an op scheduled with [`Engine::push_async`]: the op finishes (and the ops
-/// waiting for it may run) when this is dropped, on whichever thread drops it.
-pub struct AsyncDone {
+impl OpEnv {
+    /// Whether the op's variables are disjoint (none written twice, none both read and
+    /// written), which registration finds out anyway: if so, the op may lock all of their
+    /// memory at once.
+    pub fn disjoint(&self) -> bool {
+        self.disjoint
+    }
+
+    /// Threads the op may use: its own and those of the idle workers with nothing queued. A
+    /// big op split over threads while the other workers are busy only oversubscribes the
+    /// cores.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+/// The completion of an op started by [`Engine::push_async`]: the op finishes when this is
+/// finished, from any thread. Dropped unfinished (the work panicked, or lost it), the op
+/// fails with a message saying so, so that nothing waits for it forever.
+pub struct OpDone {
+    engine: &'static Engine,
     op: Option<Arc<Op>>,
 }
 
-impl Drop for AsyncDone {
-    fn drop(&mut self) {
+impl OpDone {
+    /// Completes the op; an error is kept on the variables it writes (see [`poison`]).
+    pub fn finish(mut self, result: Result<()>) {
         if let Some(op) = self.op.take() {
-            engine().finish(&op);
+            self.engine.finish(op, result.err().map(Failure::new));
         }
     }
 }
+
+impl Drop for OpDone {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            let why = if std::thread::panicking() { "panicked" } else { "ended without completing" };
+            self.engine.finish(op, Some(Failure::new(Error::new(format!("an asynchronous engine operation {why}")))));
+        }
+    }
+}
+
+type Work = Box<dyn FnOnce(&OpEnv, OpDone) + Send + 'static>;
 
 /// An operation waiting for its dependencies, then for a worker.
 pub(crate) struct Op {
     /// Dependencies not yet finished, plus one while the op is being registered.
     remaining: AtomicUsize,
     work: Mutex<Option<Work>>,
-    /// The work of an op that finishes later, when its [`AsyncDone`] is dropped.
-    async_work: Mutex<Option<AsyncWork>>,
     priority: i32,
     completion: Arc<Completion>,
+    disjoint: bool,
+    /// Ids of the variables written, then of those read: where a failure goes, and where an
+    /// inherited one comes from.
+    vars: Vec<u64>,
+    writes: usize,
 }
 
 /// The engine: a scheduling lock, a ready queue and worker threads.
@@ -115,28 +177,10 @@ pub struct Engine {
     workers: AtomicUsize,
     /// Ops executing right now.
     running: AtomicUsize,
+    poison: Poison,
 }
 
-static ENGINE: Lazy<Arc<Engine>> = Lazy::new(|| {
-    let engine = Arc::new(Engine {
-        schedule_lock: Mutex::new(()),
-        ready: ReadyQueue::new(),
-        outstanding: Mutex::new(0),
-        all_done: Condvar::new(),
-        workers: AtomicUsize::new(0),
-        running: AtomicUsize::new(0),
-    });
-    for i in 0..worker_count() {
-        let e = Arc::clone(&engine);
-        // A worker that cannot be spawned leaves fewer workers; with none at all, ops run
-        // inline (see `Engine::release`).
-        let spawned = std::thread::Builder::new().name(format!("kvstore-worker-{i}")).spawn(move || e.work_loop());
-        if spawned.is_ok() {
-            engine.workers.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    engine
-});
+static ENGINE: Lazy<&'static Engine> = Lazy::new(Engine::start);
 
 fn worker_count() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -149,7 +193,7 @@ fn worker_count() -> usize {
 
 /// The process-wide engine.
 pub fn engine() -> &'static Engine {
-    &ENGINE
+    *ENGINE
 }
 
 /// Asks for the variable a few places after `i`: each is on its own cache line, usually not
@@ -158,24 +202,69 @@ pub fn engine() -> &'static Engine {
 fn prefetch_ahead(vars: &[&Var], i: usize) {
     const AHEAD: usize = 8;
     if let Some(v) = vars.get(i + AHEAD) {
-        crate::reduce::prefetch::prefetch_line(&v.state);
+        crate::base::prefetch::prefetch_line(&v.state);
     }
 }
 
+/// The message of a caught panic.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned());
+    format!("an engine operation panicked: {}", text.unwrap_or_else(|| "unknown panic payload".to_string()))
+}
+
+/// The outcome of running `work`, a panic turned into an error.
+fn catch<R>(work: impl FnOnce() -> Result<R>) -> Result<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| Err(Error::new(panic_message(&*p))))
+}
+
+struct Registered {
+    completion: Arc<Completion>,
+    deps: Vec<Arc<Completion>>,
+    disjoint: bool,
+    /// Ids of the writes, then of the reads.
+    vars: Vec<u64>,
+}
+
 impl Engine {
+    /// A new engine with its workers (`MXNET_CPU_WORKER_NTHREADS`, else one per core, at
+    /// least two). The process has one ([`engine`]); tests start their own to keep failures
+    /// apart.
+    fn start() -> &'static Engine {
+        let engine: &'static Engine = Box::leak(Box::new(Engine {
+            schedule_lock: Mutex::new(()),
+            ready: ReadyQueue::new(),
+            outstanding: Mutex::new(0),
+            all_done: Condvar::new(),
+            workers: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            poison: Poison::default(),
+        }));
+        for i in 0..worker_count() {
+            // A worker that cannot be spawned leaves fewer workers; with none at all, ops run
+            // inline (see `Engine::release`).
+            let spawned = std::thread::Builder::new().name(format!("kvstore-worker-{i}")).spawn(move || engine.work_loop());
+            if spawned.is_ok() {
+                engine.workers.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        engine
+    }
+
     /// Registers an op reading `reads` and writing `writes` (either may list a variable more
-    /// than once, or in both); returns its completion, the completions it must wait for, and
-    /// whether its variables are disjoint: none written twice, none both read and written.
-    fn register(&self, reads: &[&Var], writes: &[&Var]) -> (Arc<Completion>, Vec<Arc<Completion>>, bool) {
+    /// than once, or in both): its completion, the completions it must wait for, whether its
+    /// variables are disjoint (none written twice, none both read and written), and their ids.
+    fn register(&self, reads: &[&Var], writes: &[&Var]) -> Registered {
         let completion = Arc::new(Completion::new());
         let mut deps = Vec::new();
         let mut disjoint = true;
+        let mut vars = Vec::with_capacity(reads.len() + writes.len());
         let is_mine = |c: &Option<Arc<Completion>>| c.as_ref().is_some_and(|c| Arc::ptr_eq(c, &completion));
         let _guard = self.schedule_lock.lock();
         // Writes first: a variable this op also reads, or lists twice, then shows this op as
         // its last writer, which the checks below recognise.
         for (i, var) in writes.iter().enumerate() {
             prefetch_ahead(writes, i);
+            vars.push(var.id);
             let mut s = var.state.lock();
             if is_mine(&s.last_write) {
                 disjoint = false;
@@ -187,6 +276,7 @@ impl Engine {
         }
         for (i, var) in reads.iter().enumerate() {
             prefetch_ahead(reads, i);
+            vars.push(var.id);
             let mut s = var.state.lock();
             if is_mine(&s.last_write) {
                 disjoint = false;
@@ -203,32 +293,52 @@ impl Engine {
             s.reads_since_write.prune();
             s.reads_since_write.add(&completion);
         }
-        (completion, deps, disjoint)
+        Registered { completion, deps, disjoint, vars }
     }
 
     /// Schedules `work`, which reads `reads` and writes `writes`, and returns at once. Among
-    /// ready ops, higher `priority` runs first.
-    pub fn push(&self, reads: &[&Var], writes: &[&Var], priority: i32, work: Work) {
-        self.push_batch(reads, writes, priority, false, move |_| work());
+    /// ready ops, higher `priority` runs first. An error (or a panic) of `work` is kept on
+    /// `writes` and reported at the next wait on them (see [`poison`]).
+    pub fn push(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static) {
+        self.push_batch(reads, writes, priority, false, work);
     }
 
-    /// [`Engine::push`] for an op over many arrays. `work` is told whether the op's variables
-    /// are disjoint (none written twice, none both read and written), which registration finds
-    /// out anyway: if so, it may lock all of their memory at once.
+    /// [`Engine::push`] for an op over many arrays.
     ///
     /// With `tiny` (work of a few microseconds), an op with nothing pending on its variables
     /// runs at once on the calling thread, which costs less than waking a worker (tens of
     /// microseconds on a VM). Nothing observable changes: the op was ready, and ready ops on
     /// distinct variables run in no guaranteed order.
-    pub fn push_batch(&self, reads: &[&Var], writes: &[&Var], priority: i32, tiny: bool, work: impl FnOnce(bool) + Send + 'static) {
+    pub fn push_batch(
+        &'static self,
+        reads: &[&Var],
+        writes: &[&Var],
+        priority: i32,
+        tiny: bool,
+        work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
+    ) {
+        self.schedule(reads, writes, priority, tiny, Box::new(move |env, done| done.finish(catch(|| work(env)))));
+    }
+
+    /// Schedules an op whose work may finish later, on another thread or a device: `work`
+    /// starts it and hands on `done`, and the op completes (its writes become readable, the
+    /// ops waiting for it are released) when `done` is finished. The variables stay claimed
+    /// until then; the worker is free as soon as `work` returns.
+    pub fn push_async(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv, OpDone) + Send + 'static) {
+        self.schedule(reads, writes, priority, false, Box::new(work));
+    }
+
+    fn schedule(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, tiny: bool, work: Work) {
         *self.outstanding.lock() += 1;
-        let (completion, deps, disjoint) = self.register(reads, writes);
+        let Registered { completion, deps, disjoint, vars } = self.register(reads, writes);
         let op = Arc::new(Op {
             remaining: AtomicUsize::new(1),
-            work: Mutex::new(Some(Box::new(move || work(disjoint)))),
-            async_work: Mutex::new(None),
+            work: Mutex::new(Some(work)),
             priority,
             completion,
+            disjoint,
+            vars,
+            writes: writes.len(),
         });
         for dep in deps {
             op.remaining.fetch_add(1, Ordering::AcqRel);
@@ -246,30 +356,8 @@ impl Engine {
         }
     }
 
-    /// Schedules `work`, which starts something that finishes later (a network round trip):
-    /// the op counts as running until the [`AsyncDone`] handed to `work` is dropped, so later
-    /// ops on its variables wait for that, while the worker thread is free at once.
-    pub fn push_async(&self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(AsyncDone) + Send + 'static) {
-        *self.outstanding.lock() += 1;
-        let (completion, deps, _) = self.register(reads, writes);
-        let op = Arc::new(Op {
-            remaining: AtomicUsize::new(1),
-            work: Mutex::new(None),
-            async_work: Mutex::new(Some(Box::new(work))),
-            priority,
-            completion,
-        });
-        for dep in deps {
-            op.remaining.fetch_add(1, Ordering::AcqRel);
-            if !dep.add_waiter(&op) {
-                op.remaining.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        self.release(op);
-    }
-
     /// Drops one dependency of `op`; the last one makes it ready.
-    fn release(&self, op: Arc<Op>) {
+    fn release(&'static self, op: Arc<Op>) {
         if op.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             if self.workers.load(Ordering::Relaxed) == 0 {
                 self.run(op);
@@ -280,15 +368,17 @@ impl Engine {
     }
 
     /// Runs `work` on the calling thread, ordered with scheduled ops as if it were one: it
-    /// waits for the ops it depends on, and later ops wait for it.
-    pub fn run_sync<R>(&self, reads: &[&Var], writes: &[&Var], work: impl FnOnce() -> R) -> R {
-        let (completion, deps, _) = self.register(reads, writes);
+    /// waits for the ops it depends on, and later ops wait for it. This is a wait: a failure
+    /// kept on any of the variables is reported (and cleared) instead of running `work`, as
+    /// MXNet's `WaitToRead`/`WaitToWrite` do before a synchronous copy.
+    pub fn run_sync<R>(&'static self, reads: &[&Var], writes: &[&Var], work: impl FnOnce() -> R) -> Result<R> {
+        let Registered { completion, deps, vars, .. } = self.register(reads, writes);
         for dep in deps {
             dep.wait();
         }
         // Complete even if `work` panics, or every later op on these vars would hang.
-        struct CompleteOnDrop<'a>(&'a Engine, Arc<Completion>);
-        impl Drop for CompleteOnDrop<'_> {
+        struct CompleteOnDrop(&'static Engine, Arc<Completion>);
+        impl Drop for CompleteOnDrop {
             fn drop(&mut self) {
                 for waiter in self.1.complete() {
                     self.0.release(waiter);
@@ -296,66 +386,77 @@ impl Engine {
             }
         }
         let _complete = CompleteOnDrop(self, completion);
-        work()
+        if let Some(error) = self.poison.take(&vars) {
+            return Err(error);
+        }
+        Ok(work())
     }
 
-    /// Blocks until every op writing `var` has finished.
-    pub fn wait_to_read(&self, var: &Var) {
-        self.run_sync(&[var], &[], || ());
+    /// Blocks until every op writing `var` has finished; reports (and clears) a failure kept
+    /// on it.
+    pub fn wait_to_read(&'static self, var: &Var) -> Result<()> {
+        self.run_sync(&[var], &[], || ())
     }
 
-    /// Blocks until every op reading or writing `var` has finished.
-    pub fn wait_to_write(&self, var: &Var) {
-        self.run_sync(&[], &[var], || ());
+    /// Blocks until every op reading or writing `var` has finished; reports (and clears) a
+    /// failure kept on it.
+    pub fn wait_to_write(&'static self, var: &Var) -> Result<()> {
+        self.run_sync(&[], &[var], || ())
     }
 
-    /// Blocks until every scheduled op has finished.
-    pub fn wait_all(&self) {
+    /// Blocks until every scheduled op has finished; reports the first failure since the
+    /// last `wait_all` and clears them all.
+    pub fn wait_all(&self) -> Result<()> {
         let mut n = self.outstanding.lock();
         while *n > 0 {
             self.all_done.wait(&mut n);
         }
+        drop(n);
+        self.poison.take_all().map_or(Ok(()), Err)
     }
 
-    /// How many more threads an op could use without taking a core from other ready or
-    /// running ops: the workers that are idle and have nothing queued for them. A big op
-    /// split over threads while the other workers are busy only oversubscribes the cores
-    /// (resnet50 on 2 cores: ~20% slower than one thread per op).
-    pub fn spare_threads(&self) -> usize {
+    /// Threads a synchronous caller (not an op) may use: its own and the idle workers'.
+    pub fn thread_budget(&self) -> usize {
+        1 + self.spare_threads()
+    }
+
+    /// The workers that are idle and have nothing queued for them.
+    fn spare_threads(&self) -> usize {
         let workers = self.workers.load(Ordering::Relaxed);
         let busy = self.running.load(Ordering::Relaxed) + self.ready.len();
         workers.saturating_sub(busy)
     }
 
-    fn work_loop(&self) {
+    fn work_loop(&'static self) {
         loop {
             let op = self.ready.pop();
             self.run(op);
         }
     }
 
-    /// Runs a ready op, then releases the ops waiting for it.
-    fn run(&self, op: Arc<Op>) {
-        let async_work = op.async_work.lock().take();
-        if let Some(work) = async_work {
-            let done = AsyncDone { op: Some(Arc::clone(&op)) };
-            // A panic drops `done`, which finishes the op: later ops must not hang.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || work(done)));
+    /// Runs a ready op: its work, or, when a variable it touches holds a failure, nothing
+    /// (the op fails with that failure, which so reaches its outputs).
+    fn run(&'static self, op: Arc<Op>) {
+        let work = op.work.lock().take();
+        let Some(work) = work else { return };
+        if let Some(inherited) = self.poison.find(&op.vars) {
+            drop(work);
+            self.finish(op, Some(inherited));
             return;
         }
-        let work = op.work.lock().take();
-        if let Some(work) = work {
-            self.running.fetch_add(1, Ordering::Relaxed);
-            // A panic in one op must not kill the worker; ops validate their inputs before
-            // they are scheduled, so this is a last resort.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
-            self.running.fetch_sub(1, Ordering::Relaxed);
-        }
-        self.finish(&op);
+        self.running.fetch_add(1, Ordering::Relaxed);
+        let env = OpEnv { disjoint: op.disjoint, threads: 1 + self.spare_threads() };
+        // A panic inside `work` drops `done`, which fails the op; the worker lives on.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&env, OpDone { engine: self, op: Some(op) })));
+        self.running.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Marks `op` finished: releases the ops waiting for it.
-    fn finish(&self, op: &Arc<Op>) {
+    /// Completes an op: records its failure on what it writes, then releases the ops waiting
+    /// for it.
+    fn finish(&'static self, op: Arc<Op>, failure: Option<Arc<Failure>>) {
+        if let Some(f) = &failure {
+            self.poison.record(&op.vars[..op.writes], f);
+        }
         for waiter in op.completion.complete() {
             self.release(waiter);
         }
@@ -379,9 +480,9 @@ mod tests {
         for i in 0..200 {
             let log = Arc::clone(&log);
             // Alternate priorities: priority must not reorder dependent ops.
-            engine().push(&[], &[&var], if i % 2 == 0 { 10 } else { -10 }, Box::new(move || log.lock().push(i)));
+            engine().push(&[], &[&var], if i % 2 == 0 { 10 } else { -10 }, move |_| { log.lock().push(i); Ok(()) });
         }
-        engine().wait_to_read(&var);
+        engine().wait_to_read(&var).unwrap();
         assert_eq!(*log.lock(), (0..200).collect::<Vec<_>>());
     }
 
@@ -392,40 +493,20 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         for round in 1..=50u64 {
             let v = Arc::clone(&value);
-            engine().push(&[], &[&a], 0, Box::new(move || {
+            engine().push(&[], &[&a], 0, move |_| {
                 std::thread::yield_now();
-                v.store(round, Ordering::SeqCst)
-            }));
+                v.store(round, Ordering::SeqCst);
+                Ok(())
+            });
             for _ in 0..3 {
                 let (v, s) = (Arc::clone(&value), Arc::clone(&seen));
-                engine().push(&[&a], &[], 0, Box::new(move || s.lock().push((round, v.load(Ordering::SeqCst)))));
+                engine().push(&[&a], &[], 0, move |_| { s.lock().push((round, v.load(Ordering::SeqCst))); Ok(()) });
             }
         }
-        engine().wait_to_write(&a);
+        engine().wait_to_write(&a).unwrap();
         let seen = seen.lock();
         assert_eq!(seen.len(), 150);
         assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
-    }
-
-    #[test]
-    fn async_ops_finish_when_their_token_is_dropped() {
-        let var = Var::new();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel::<AsyncDone>();
-        let l = Arc::clone(&log);
-        engine().push_async(&[], &[&var], 0, move |done| {
-            l.lock().push(1);
-            tx.send(done).unwrap();
-        });
-        let l = Arc::clone(&log);
-        engine().push(&[&var], &[], 0, Box::new(move || l.lock().push(2)));
-        // The async op's work has run, but the op is not finished until its token goes.
-        let done = rx.recv().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        assert_eq!(*log.lock(), vec![1], "a later op ran before the async op finished");
-        std::thread::spawn(move || drop(done)).join().unwrap();
-        engine().wait_to_write(&var);
-        assert_eq!(*log.lock(), vec![1, 2]);
     }
 
     #[test]
@@ -433,11 +514,12 @@ mod tests {
         let var = Var::new();
         let value = Arc::new(AtomicU64::new(0));
         let v = Arc::clone(&value);
-        engine().push(&[], &[&var], 0, Box::new(move || {
+        engine().push(&[], &[&var], 0, move |_| {
             std::thread::sleep(std::time::Duration::from_millis(20));
-            v.store(7, Ordering::SeqCst)
-        }));
-        let read = engine().run_sync(&[&var], &[], || value.load(Ordering::SeqCst));
+            v.store(7, Ordering::SeqCst);
+            Ok(())
+        });
+        let read = engine().run_sync(&[&var], &[], || value.load(Ordering::SeqCst)).unwrap();
         assert_eq!(read, 7);
     }
 
@@ -446,19 +528,20 @@ mod tests {
         let var = Var::new();
         let log = Arc::new(Mutex::new(Vec::new()));
         let l = Arc::clone(&log);
-        engine().push_batch(&[], &[&var], 0, true, move |_| l.lock().push(1));
+        engine().push_batch(&[], &[&var], 0, true, move |_| { l.lock().push(1); Ok(()) });
         assert_eq!(*log.lock(), vec![1], "a ready tiny op has run when push_batch returns");
         let (l, gate) = (Arc::clone(&log), Arc::new(std::sync::Barrier::new(2)));
         let g = Arc::clone(&gate);
-        engine().push(&[], &[&var], 0, Box::new(move || {
+        engine().push(&[], &[&var], 0, move |_| {
             g.wait();
-            l.lock().push(2)
-        }));
+            l.lock().push(2);
+            Ok(())
+        });
         let l = Arc::clone(&log);
-        engine().push_batch(&[&var], &[], 0, true, move |_| l.lock().push(3));
+        engine().push_batch(&[&var], &[], 0, true, move |_| { l.lock().push(3); Ok(()) });
         assert_eq!(*log.lock(), vec![1], "a tiny op waits for the pending write");
         gate.wait();
-        engine().wait_to_write(&var);
+        engine().wait_to_write(&var).unwrap();
         assert_eq!(*log.lock(), vec![1, 2, 3]);
     }
 
@@ -474,8 +557,8 @@ mod tests {
         ];
         for (reads, writes, _) in cases {
             let s = Arc::clone(&seen);
-            engine().push_batch(reads, writes, 0, false, move |disjoint| s.lock().push(disjoint));
-            engine().wait_all();
+            engine().push_batch(reads, writes, 0, false, move |env| { s.lock().push(env.disjoint()); Ok(()) });
+            engine().wait_all().unwrap();
         }
         assert_eq!(*seen.lock(), cases.iter().map(|c| c.2).collect::<Vec<_>>());
     }
@@ -487,17 +570,19 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         for round in 1..=30u64 {
             let v = Arc::clone(&value);
-            engine().push(&[&b, &b], &[&a, &a], 0, Box::new(move || {
+            engine().push(&[&b, &b], &[&a, &a], 0, move |_| {
                 std::thread::yield_now();
-                v.store(round, Ordering::SeqCst)
-            }));
+                v.store(round, Ordering::SeqCst);
+                Ok(())
+            });
             let (v, s) = (Arc::clone(&value), Arc::clone(&seen));
-            engine().push(&[&a, &b, &a], &[], 0, Box::new(move || {
+            engine().push(&[&a, &b, &a], &[], 0, move |_| {
                 std::thread::yield_now();
-                s.lock().push((round, v.load(Ordering::SeqCst)))
-            }));
+                s.lock().push((round, v.load(Ordering::SeqCst)));
+                Ok(())
+            });
         }
-        engine().wait_to_write(&a);
+        engine().wait_to_write(&a).unwrap();
         let seen = seen.lock();
         assert_eq!(seen.len(), 30);
         assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
@@ -508,8 +593,89 @@ mod tests {
         let var = Var::new();
         let done = Arc::new(AtomicU64::new(0));
         let d = Arc::clone(&done);
-        engine().push(&[&var, &var], &[&var, &var], 0, Box::new(move || { d.fetch_add(1, Ordering::SeqCst); }));
-        engine().wait_to_write(&var);
+        engine().push(&[&var, &var], &[&var, &var], 0, move |_| { d.fetch_add(1, Ordering::SeqCst); Ok(()) });
+        engine().wait_to_write(&var).unwrap();
         assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+
+    // The failure tests run on an engine of their own: a failure on the shared one would
+    // surface at another test's `wait_all`.
+
+    #[test]
+    fn a_failure_poisons_what_the_op_writes_and_what_reads_it_and_is_reported_once() {
+        let e = Engine::start();
+        let (a, b, c) = (Var::new(), Var::new(), Var::new());
+        let ran = Arc::new(AtomicU64::new(0));
+        e.push(&[], &[&a], 0, |_| Err(Error::new("the sum failed")));
+        let r = Arc::clone(&ran);
+        e.push(&[&a], &[&b], 0, move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        let r = Arc::clone(&ran);
+        e.push(&[], &[&c], 0, move |_| {
+            r.fetch_add(10, Ordering::SeqCst);
+            Ok(())
+        });
+        e.wait_to_read(&c).unwrap();
+        assert_eq!(e.wait_to_read(&b).unwrap_err().message(), "the sum failed");
+        assert_eq!(ran.load(Ordering::SeqCst), 10, "an op reading a poisoned variable does not run");
+        // One failure, shared: reported at the first wait, then gone everywhere (MXNet).
+        e.wait_to_read(&a).unwrap();
+        e.wait_all().unwrap();
+        // The variables work again.
+        let r = Arc::clone(&ran);
+        e.push(&[&a], &[&b], 0, move |_| {
+            r.fetch_add(100, Ordering::SeqCst);
+            Ok(())
+        });
+        e.wait_to_read(&b).unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 110);
+    }
+
+    #[test]
+    fn a_panicking_op_is_reported_at_wait_all_and_a_write_after_it_inherits_the_failure() {
+        let e = Engine::start();
+        let (a, b) = (Var::new(), Var::new());
+        e.push(&[], &[&a], 0, |_| panic!("kaboom"));
+        e.push(&[&b], &[&a], 0, |_| Ok(()));
+        let err = e.wait_all().unwrap_err();
+        assert!(err.message().contains("panicked: kaboom"), "{err}");
+        e.wait_all().unwrap();
+        e.wait_to_write(&a).unwrap();
+        // A synchronous access is a wait too.
+        e.push(&[], &[&b], 0, |_| Err(Error::new("late")));
+        assert_eq!(e.run_sync(&[&b], &[], || 1).unwrap_err().message(), "late");
+        assert_eq!(e.run_sync(&[&b], &[], || 1).unwrap(), 1);
+    }
+
+    #[test]
+    fn an_async_op_completes_when_its_work_finishes_on_another_thread() {
+        let e = Engine::start();
+        let (a, b) = (Var::new(), Var::new());
+        let value = Arc::new(AtomicU64::new(0));
+        let v = Arc::clone(&value);
+        e.push_async(&[], &[&a], 0, move |_, done| {
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                v.store(42, Ordering::SeqCst);
+                done.finish(Ok(()));
+            });
+        });
+        let (v, seen) = (Arc::clone(&value), Arc::new(AtomicU64::new(0)));
+        let s = Arc::clone(&seen);
+        e.push(&[&a], &[&b], 0, move |_| {
+            s.store(v.load(Ordering::SeqCst), Ordering::SeqCst);
+            Ok(())
+        });
+        e.wait_to_read(&b).unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 42, "a reader waits for the async op's completion");
+        e.push_async(&[], &[&a], 0, |_, done| {
+            std::thread::spawn(move || done.finish(Err(Error::new("device error"))));
+        });
+        assert_eq!(e.wait_to_read(&a).unwrap_err().message(), "device error");
+        e.push_async(&[], &[&a], 0, |_, done| drop(done));
+        assert!(e.wait_to_read(&a).unwrap_err().message().contains("ended without completing"));
+        e.wait_all().unwrap();
     }
 }

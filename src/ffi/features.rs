@@ -5,6 +5,7 @@
 
 use super::args::Out;
 use super::cstr_table::{CStrTable, TokenTable};
+use super::handle::TokenKind;
 use super::types::LibFeature;
 use crate::error::Result;
 use once_cell::sync::Lazy;
@@ -47,7 +48,7 @@ static FEATURES: Lazy<Features> = Lazy::new(|| {
 /// Ownership: the array belongs to the library and lives for the process.
 #[no_mangle]
 pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *mut usize) -> c_int {
-    ffi_boundary!("MXLibInfoFeatures", {
+    ffi_boundary!({
         let (list, n) = (Out::new(libFeature, "libFeature")?, Out::new(size, "size")?);
         list.write(FEATURES.list.as_ptr());
         n.write(FEATURES.list.len());
@@ -62,7 +63,7 @@ pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *m
 #[no_mangle]
 pub extern "C" fn MXRandomSeed(seed: c_int) -> c_int {
     let _ = seed;
-    ffi_boundary!("MXRandomSeed", { Ok(()) })
+    ffi_boundary!({ Ok(()) })
 }
 
 /// The data iterators MXNet 1.9 registers and the Python frontend imports by name.
@@ -77,16 +78,14 @@ const ITERATOR_NAMES: [&str; 9] = [
     "LibSVMIter",
     "MNISTIter",
 ];
-const ITER_TAG: usize = 4;
-
-static ITERATORS: Lazy<TokenTable> = Lazy::new(|| TokenTable::new((0..ITERATOR_NAMES.len()).map(|i| (i + 1) << 4 | ITER_TAG).collect()));
+static ITERATORS: Lazy<TokenTable> =
+    Lazy::new(|| TokenTable::new((0..ITERATOR_NAMES.len()).map(|i| super::handle::token(TokenKind::DataIter, i)).collect()));
 static ITERATOR_STRINGS: Lazy<CStrTable> = Lazy::new(|| CStrTable::new(ITERATOR_NAMES));
 static ITERATOR_DESCRIPTION: Lazy<CStrTable> =
     Lazy::new(|| CStrTable::new(["Registered by name only: libkvstore has no data iterators (creating one fails)."]));
 
 fn iterator_index(creator: *mut c_void) -> Result<usize> {
-    let token = creator as usize;
-    let index = (token & 0xF == ITER_TAG).then(|| (token >> 4).checked_sub(1)).flatten().filter(|i| *i < ITERATOR_NAMES.len());
+    let index = super::handle::token_index(TokenKind::DataIter, creator, ITERATOR_NAMES.len());
     index.ok_or_else(|| crate::Error::new(format!("creator ({creator:p}) is not a data-iterator handle of libkvstore")))
 }
 
@@ -95,7 +94,7 @@ fn iterator_index(creator: *mut c_void) -> Result<usize> {
 /// Ownership: the array belongs to the library and lives for the process.
 #[no_mangle]
 pub extern "C" fn MXListDataIters(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXListDataIters", {
+    ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         size.write(ITERATORS.len() as u32);
         array.write(ITERATORS.as_ptr());
@@ -116,7 +115,7 @@ pub extern "C" fn MXDataIterGetIterInfo(
     arg_type_infos: *mut *mut *const c_char,
     arg_descriptions: *mut *mut *const c_char,
 ) -> c_int {
-    ffi_boundary!("MXDataIterGetIterInfo", {
+    ffi_boundary!({
         let (name, description) = (Out::new(name, "name")?, Out::new(description, "description")?);
         let num_args = Out::new(num_args, "num_args")?;
         let (names, types) = (Out::new(arg_names, "arg_names")?, Out::new(arg_type_infos, "arg_type_infos")?);

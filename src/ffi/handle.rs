@@ -1,7 +1,9 @@
-//! Handles. MXNet's handles are `void*`; here each is a slot number and a generation from a
-//! registry, never a pointer: an unknown, freed or wrong-kind handle is looked up, found
-//! missing and refused, so no handle is ever dereferenced. A freed slot is reused with the
-//! next generation, so a stale handle to it stays invalid.
+//! Handles: every `void*` libkvstore hands out, encoded and decoded here and nowhere else.
+//! None is a pointer, so no handle is ever dereferenced. The low four bits say what a handle
+//! is: 0 for an NDArray or KVStore handle, a slot number and a generation from a registry (an
+//! unknown, freed or wrong-kind handle is looked up, found missing and refused; a freed slot
+//! is reused with the next generation, so a stale handle to it stays invalid); a tag for a
+//! token naming a static entry (an operator, a data iterator), which lives for the process.
 
 use crate::error::Result;
 use crate::ndarray::NDArray;
@@ -74,6 +76,26 @@ impl Registry {
             self.free.push(index);
         }
     }
+}
+
+/// What a token names; the discriminant is its tag in the low four bits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TokenKind {
+    /// A data-iterator creator (`DataIterCreator`).
+    DataIter = 4,
+    /// An operator (`AtomicSymbolCreator`, nnvm's `OpHandle`).
+    Op = 8,
+}
+
+/// The token for entry `index` of a static table: `(index + 1) << 4 | tag`, never NULL.
+pub(crate) fn token(kind: TokenKind, index: usize) -> usize {
+    (index + 1) << 4 | kind as usize
+}
+
+/// The entry index behind a token of `kind`, if `handle` is one and the index is below `len`.
+pub(crate) fn token_index(kind: TokenKind, handle: *mut c_void, len: usize) -> Option<usize> {
+    let h = handle as usize;
+    (h & 0xF == kind as usize).then(|| (h >> 4).checked_sub(1)).flatten().filter(|i| *i < len)
 }
 
 static REGISTRY: Lazy<RwLock<Registry>> = Lazy::new(|| RwLock::new(Registry::default()));

@@ -26,7 +26,7 @@ use std::os::raw::{c_char, c_int, c_void};
 /// Ownership: the caller frees the store with `MXKVStoreFree`.
 #[no_mangle]
 pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
-    ffi_boundary!("MXKVStoreCreate", {
+    ffi_boundary!({
         let name = args::string(r#type, "type")?;
         let out = Out::new(out, "out")?;
         out.write(handle::new_kvstore(KVStore::new(name)?));
@@ -39,7 +39,7 @@ pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle
 /// Ownership: `handle` is invalid afterwards; pending operations finish first.
 #[no_mangle]
 pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
-    ffi_boundary!("MXKVStoreFree", { handle::free_kvstore(handle) })
+    ffi_boundary!({ handle::free_kvstore(handle) })
 }
 
 /// Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), `threshold`
@@ -55,7 +55,7 @@ pub extern "C" fn MXKVStoreSetGradientCompression(
     keys: *mut *const c_char,
     vals: *mut *const c_char,
 ) -> c_int {
-    ffi_boundary!("MXKVStoreSetGradientCompression", {
+    ffi_boundary!({
         let store = calls::store(handle)?;
         let keys = args::strings(keys, args::len(num_params), "keys")?;
         let vals = args::strings(vals, args::len(num_params), "vals")?;
@@ -70,7 +70,7 @@ pub extern "C" fn MXKVStoreSetGradientCompression(
 /// unchanged). Ownership: the caller keeps `vals`.
 #[no_mangle]
 pub extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXKVStoreInit", { calls::init(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals) })
+    ffi_boundary!({ calls::init(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals) })
 }
 
 /// Initialises string keys with deep copies of `vals`; see `MXKVStoreInit`.
@@ -78,7 +78,7 @@ pub extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_
 /// Ownership: the caller keeps `keys` and `vals`.
 #[no_mangle]
 pub extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXKVStoreInitEx", { calls::init(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals) })
+    ffi_boundary!({ calls::init(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals) })
 }
 
 /// Pushes values to int keys: the values of each key are summed, then the updater runs (or the
@@ -88,7 +88,7 @@ pub extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *c
 /// stored one (nothing is pushed then). Ownership: the caller keeps `vals`; the store copies.
 #[no_mangle]
 pub extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
-    ffi_boundary!("MXKVStorePush", { calls::push(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority) })
+    ffi_boundary!({ calls::push(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority) })
 }
 
 /// Pushes values to string keys; see `MXKVStorePush`.
@@ -102,7 +102,7 @@ pub extern "C" fn MXKVStorePushEx(
     vals: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    ffi_boundary!("MXKVStorePushEx", { calls::push(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, priority) })
+    ffi_boundary!({ calls::push(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, priority) })
 }
 
 /// Pulls int keys into `vals`; sparse outputs are skipped unless `ignore_sparse` is false.
@@ -117,7 +117,7 @@ pub extern "C" fn MXKVStorePullWithSparse(
     priority: c_int,
     ignore_sparse: bool,
 ) -> c_int {
-    ffi_boundary!("MXKVStorePullWithSparse", {
+    ffi_boundary!({
         calls::pull(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority, ignore_sparse)
     })
 }
@@ -134,7 +134,7 @@ pub extern "C" fn MXKVStorePullWithSparseEx(
     priority: c_int,
     ignore_sparse: bool,
 ) -> c_int {
-    ffi_boundary!("MXKVStorePullWithSparseEx", {
+    ffi_boundary!({
         calls::pull(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, priority, ignore_sparse)
     })
 }
@@ -144,7 +144,7 @@ pub extern "C" fn MXKVStorePullWithSparseEx(
 /// Ownership: the caller keeps `vals`, which the store writes.
 #[no_mangle]
 pub extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
-    ffi_boundary!("MXKVStorePull", { calls::pull(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority, true) })
+    ffi_boundary!({ calls::pull(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority, true) })
 }
 
 /// Pulls string keys into dense outputs; see `MXKVStorePull`.
@@ -158,7 +158,7 @@ pub extern "C" fn MXKVStorePullEx(
     vals: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    ffi_boundary!("MXKVStorePullEx", {
+    ffi_boundary!({
         calls::pull(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, priority, true)
     })
 }
@@ -177,7 +177,7 @@ pub extern "C" fn MXKVStorePullRowSparse(
     row_ids: *const NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    ffi_boundary!("MXKVStorePullRowSparse", {
+    ffi_boundary!({
         calls::pull_row_sparse(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, row_ids, priority)
     })
 }
@@ -194,7 +194,7 @@ pub extern "C" fn MXKVStorePullRowSparseEx(
     row_ids: *const NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    ffi_boundary!("MXKVStorePullRowSparseEx", {
+    ffi_boundary!({
         calls::pull_row_sparse(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals, row_ids, priority)
     })
 }
@@ -213,7 +213,7 @@ pub extern "C" fn MXKVStoreBroadcast(
     outs: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    ffi_boundary!("MXKVStoreBroadcast", {
+    ffi_boundary!({
         let keys = (Keys::Int(calls::int_keys(vkeys, vnum, "vkeys")?), Keys::Int(calls::int_keys(okeys, onum, "okeys")?));
         calls::two_lists(TwoLists::Broadcast, handle, keys, vals, outs, priority)
     })
@@ -233,7 +233,7 @@ pub extern "C" fn MXKVStoreBroadcastEx(
     outs: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    ffi_boundary!("MXKVStoreBroadcastEx", {
+    ffi_boundary!({
         let (v, o) = (calls::str_keys(vkeys, vnum, "vkeys")?, calls::str_keys(okeys, onum, "okeys")?);
         calls::two_lists(TwoLists::Broadcast, handle, (Keys::Str(&v), Keys::Str(&o)), vals, outs, priority)
     })
@@ -254,7 +254,7 @@ pub extern "C" fn MXKVStorePushPull(
     outs: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    ffi_boundary!("MXKVStorePushPull", {
+    ffi_boundary!({
         let keys = (Keys::Int(calls::int_keys(vkeys, vnum, "vkeys")?), Keys::Int(calls::int_keys(okeys, onum, "okeys")?));
         calls::two_lists(TwoLists::PushPull, handle, keys, vals, outs, priority)
     })
@@ -274,7 +274,7 @@ pub extern "C" fn MXKVStorePushPullEx(
     outs: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    ffi_boundary!("MXKVStorePushPullEx", {
+    ffi_boundary!({
         let (v, o) = (calls::str_keys(vkeys, vnum, "vkeys")?, calls::str_keys(okeys, onum, "okeys")?);
         calls::two_lists(TwoLists::PushPull, handle, (Keys::Str(&v), Keys::Str(&o)), vals, outs, priority)
     })
@@ -288,7 +288,7 @@ pub extern "C" fn MXKVStorePushPullEx(
 /// the store by writing `local` in place. `updater_handle` is passed back untouched.
 #[no_mangle]
 pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: MXKVStoreUpdater, updater_handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXKVStoreSetUpdater", {
+    ffi_boundary!({
         calls::store(handle)?.set_int_updater(updater::int_updater(updater, updater_handle));
         Ok(())
     })
@@ -305,7 +305,7 @@ pub extern "C" fn MXKVStoreSetUpdaterEx(
     str_updater: MXKVStoreStrUpdater,
     updater_handle: *mut c_void,
 ) -> c_int {
-    ffi_boundary!("MXKVStoreSetUpdaterEx", {
+    ffi_boundary!({
         calls::store(handle)?.set_updaters(Updaters {
             int: updater::int_updater(updater, updater_handle),
             string: updater::str_updater(str_updater, updater_handle),
@@ -319,7 +319,7 @@ pub extern "C" fn MXKVStoreSetUpdaterEx(
 /// Ownership: `*type` is borrowed from the store and valid until `MXKVStoreFree`.
 #[no_mangle]
 pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXKVStoreGetType", {
+    ffi_boundary!({
         let out = Out::new(r#type, "type")?;
         out.write(calls::store(handle)?.type_name().as_ptr());
         Ok(())
@@ -332,7 +332,7 @@ pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_
 /// Ownership: `*ret` is written on success.
 #[no_mangle]
 pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
-    ffi_boundary!("MXKVStoreGetRank", {
+    ffi_boundary!({
         let out = Out::new(ret, "ret")?;
         out.write(calls::store(handle)?.rank());
         Ok(())
@@ -344,7 +344,7 @@ pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_
 /// Ownership: `*ret` is written on success.
 #[no_mangle]
 pub extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
-    ffi_boundary!("MXKVStoreGetGroupSize", {
+    ffi_boundary!({
         let out = Out::new(ret, "ret")?;
         out.write(calls::store(handle)?.group_size());
         Ok(())
@@ -356,7 +356,7 @@ pub extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) 
 /// Ownership: `*ret` is written on success.
 #[no_mangle]
 pub extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
-    ffi_boundary!("MXKVStoreIsWorkerNode", { runtime::role_is(ret, "worker") })
+    ffi_boundary!({ runtime::role_is(ret, "worker") })
 }
 
 /// 1 if this process is a server (`DMLC_ROLE=server`), else 0.
@@ -364,7 +364,7 @@ pub extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
 /// Ownership: `*ret` is written on success.
 #[no_mangle]
 pub extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
-    ffi_boundary!("MXKVStoreIsServerNode", { runtime::role_is(ret, "server") })
+    ffi_boundary!({ runtime::role_is(ret, "server") })
 }
 
 /// 1 if this process is the scheduler (`DMLC_ROLE=scheduler`), else 0.
@@ -372,7 +372,7 @@ pub extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
 /// Ownership: `*ret` is written on success.
 #[no_mangle]
 pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
-    ffi_boundary!("MXKVStoreIsSchedulerNode", { runtime::role_is(ret, "scheduler") })
+    ffi_boundary!({ runtime::role_is(ret, "scheduler") })
 }
 
 /// A barrier over all workers (it does not wait for pending pushes); returns at once for
@@ -381,7 +381,7 @@ pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
-    ffi_boundary!("MXKVStoreBarrier", { calls::store(handle)?.barrier() })
+    ffi_boundary!({ calls::store(handle)?.barrier() })
 }
 
 /// Whether freeing a distributed store waits at a barrier first; recorded, no effect locally.
@@ -389,7 +389,7 @@ pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_before_exit: c_int) -> c_int {
-    ffi_boundary!("MXKVStoreSetBarrierBeforeExit", {
+    ffi_boundary!({
         calls::store(handle)?.set_barrier_before_exit(barrier_before_exit != 0);
         Ok(())
     })
@@ -406,7 +406,7 @@ pub extern "C" fn MXKVStoreRunServer(
     controller: MXKVStoreServerController,
     controller_handle: *mut c_void,
 ) -> c_int {
-    ffi_boundary!("MXKVStoreRunServer", {
+    ffi_boundary!({
         let store = calls::store(handle)?;
         store.run_server(updater::controller(controller, controller_handle))
     })
@@ -419,7 +419,7 @@ pub extern "C" fn MXKVStoreRunServer(
 /// Ownership: `cmd_body` is read during the call only.
 #[no_mangle]
 pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: c_int, cmd_body: *const c_char) -> c_int {
-    ffi_boundary!("MXKVStoreSendCommmandToServers", {
+    ffi_boundary!({
         let store = calls::store(handle)?;
         let body = args::string(cmd_body, "cmd_body")?;
         store.send_command(cmd_id, body.as_bytes())
@@ -432,11 +432,9 @@ pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: 
 /// Ownership: `*number` is written on success.
 #[no_mangle]
 pub extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int, number: *mut c_int, timeout_sec: c_int) -> c_int {
-    let _ = (node_id, timeout_sec);
-    ffi_boundary!("MXKVStoreGetNumDeadNode", {
+    ffi_boundary!({
         let out = Out::new(number, "number")?;
-        calls::store(handle)?;
-        out.write(0);
+        out.write(calls::store(handle)?.num_dead_nodes(node_id, timeout_sec)?);
         Ok(())
     })
 }
@@ -446,10 +444,10 @@ pub extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int,
 /// Ownership: the strings are copied.
 #[no_mangle]
 pub extern "C" fn MXInitPSEnv(num_vars: u32, keys: *mut *const c_char, vals: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXInitPSEnv", {
+    ffi_boundary!({
         let keys = args::strings(keys, args::len(num_vars), "keys")?;
         let vals = args::strings(vals, args::len(num_vars), "vals")?;
-        runtime::set_ps_env(&keys, &vals);
+        crate::store::env::set(&keys, &vals);
         Ok(())
     })
 }

@@ -37,7 +37,7 @@ fn create(shape: *const u32, ndim: u32, dev_type: c_int, dev_id: c_int, dtype: c
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
 #[no_mangle]
 pub extern "C" fn MXNDArrayCreateNone(out: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayCreateNone", {
+    ffi_boundary!({
         Out::new(out, "out")?.write(handle::new_ndarray(None));
         Ok(())
     })
@@ -57,7 +57,7 @@ pub extern "C" fn MXNDArrayCreate(
     out: *mut NDArrayHandle,
 ) -> c_int {
     let _ = delay_alloc;
-    ffi_boundary!("MXNDArrayCreate", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         out.write(handle::new_ndarray(Some(create(shape, ndim, dev_type, dev_id, DType::Float32.code())?)));
         Ok(())
@@ -79,7 +79,7 @@ pub extern "C" fn MXNDArrayCreateEx(
     out: *mut NDArrayHandle,
 ) -> c_int {
     let _ = delay_alloc;
-    ffi_boundary!("MXNDArrayCreateEx", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         out.write(handle::new_ndarray(Some(create(shape, ndim, dev_type, dev_id, dtype)?)));
         Ok(())
@@ -91,7 +91,7 @@ pub extern "C" fn MXNDArrayCreateEx(
 /// Ownership: `handle` is invalid afterwards.
 #[no_mangle]
 pub extern "C" fn MXNDArrayFree(handle: NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayFree", { handle::free_ndarray(handle) })
+    ffi_boundary!({ handle::free_ndarray(handle) })
 }
 
 /// Bytes for `size` elements of `array`, checked against what it holds.
@@ -112,7 +112,7 @@ fn checked_bytes(array: &NDArray, size: usize) -> Result<usize> {
 /// Ownership: `data` is read during the call only.
 #[no_mangle]
 pub extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *const c_void, size: usize) -> c_int {
-    ffi_boundary!("MXNDArraySyncCopyFromCPU", {
+    ffi_boundary!({
         let array = handle::ndarray(handle, "handle")?;
         let n = checked_bytes(&array, size)?;
         array.copy_from_host(args::slice(data as *const u8, n, "data")?)
@@ -124,7 +124,7 @@ pub extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *const c
 /// Ownership: `data` is written during the call only.
 #[no_mangle]
 pub extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mut c_void, size: usize) -> c_int {
-    ffi_boundary!("MXNDArraySyncCopyToCPU", {
+    ffi_boundary!({
         let array = handle::ndarray(handle, "handle")?;
         let n = checked_bytes(&array, size)?;
         array.copy_to_host(args::bytes_mut(data as *mut u8, n, "data")?)
@@ -132,38 +132,39 @@ pub extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mut c_voi
 }
 
 /// Runs `f` on the array unless the handle holds an empty array.
-fn unless_empty(handle: NDArrayHandle, f: impl FnOnce(&NDArray)) -> Result<()> {
-    if let Some(a) = handle::ndarray_or_empty(handle, "handle")? {
-        f(&a);
+fn unless_empty(handle: NDArrayHandle, f: impl FnOnce(&NDArray) -> Result<()>) -> Result<()> {
+    match handle::ndarray_or_empty(handle, "handle")? {
+        Some(a) => f(&a),
+        None => Ok(()),
     }
-    Ok(())
 }
 
-/// Waits until pending writes to the array have finished.
+/// Waits until pending writes to the array have finished. Answers -1 with the message of an
+/// asynchronous operation that failed writing it (the failure is then cleared).
 ///
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayWaitToRead", { unless_empty(handle, NDArray::wait_to_read) })
+    ffi_boundary!({ unless_empty(handle, NDArray::wait_to_read) })
 }
 
-/// Waits until pending reads and writes of the array have finished.
+/// Waits until pending reads and writes of the array have finished. Answers -1 with the
+/// message of an asynchronous operation that failed writing it (the failure is then cleared).
 ///
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayWaitToWrite", { unless_empty(handle, NDArray::wait_to_write) })
+    ffi_boundary!({ unless_empty(handle, NDArray::wait_to_write) })
 }
 
-/// Waits until every pending operation has finished.
+/// Waits until every pending operation has finished. Answers -1 with the message of the
+/// first asynchronous operation that failed since the last `MXNDArrayWaitAll` (every such
+/// failure is then cleared).
 ///
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXNDArrayWaitAll() -> c_int {
-    ffi_boundary!("MXNDArrayWaitAll", {
-        crate::engine::engine().wait_all();
-        Ok(())
-    })
+    ffi_boundary!({ crate::engine::engine().wait_all() })
 }
 
 /// The array's shape, or none (`None`) for an empty array.
@@ -177,7 +178,7 @@ fn shape_of(handle: NDArrayHandle) -> Result<Option<Vec<usize>>> {
 /// on this thread.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut u32, out_pdata: *mut *const u32) -> c_int {
-    ffi_boundary!("MXNDArrayGetShape", {
+    ffi_boundary!({
         let (dim_out, data_out) = (Out::new(out_dim, "out_dim")?, Out::new(out_pdata, "out_pdata")?);
         let shape = shape_of(handle)?.unwrap_or_default();
         let dims: Vec<u32> = shape.iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect();
@@ -194,7 +195,7 @@ pub extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut u32, ou
 /// on this thread.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mut c_int, out_pdata: *mut *const c_int) -> c_int {
-    ffi_boundary!("MXNDArrayGetShapeEx", {
+    ffi_boundary!({
         let (dim_out, data_out) = (Out::new(out_dim, "out_dim")?, Out::new(out_pdata, "out_pdata")?);
         let shape = shape_of(handle)?.unwrap_or_default();
         let dims: Vec<i32> = shape.iter().map(|&d| i32::try_from(d).unwrap_or(i32::MAX)).collect();
@@ -215,7 +216,7 @@ fn property<T>(handle: NDArrayHandle, empty: T, f: impl FnOnce(&NDArray) -> T) -
 /// Ownership: `*out_dtype` is written on success.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mut c_int) -> c_int {
-    ffi_boundary!("MXNDArrayGetDType", {
+    ffi_boundary!({
         let out = Out::new(out_dtype, "out_dtype")?;
         out.write(property(handle, -1, |a| a.dtype().code())?);
         Ok(())
@@ -227,7 +228,7 @@ pub extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mut c_int
 /// Ownership: both out-parameters are written on success.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type: *mut c_int, out_dev_id: *mut c_int) -> c_int {
-    ffi_boundary!("MXNDArrayGetContext", {
+    ffi_boundary!({
         let (t, i) = (Out::new(out_dev_type, "out_dev_type")?, Out::new(out_dev_id, "out_dev_id")?);
         let (dev_type, dev_id) = property(handle, (0, 0), |a| (a.ctx().dev_type as c_int, a.ctx().dev_id))?;
         t.write(dev_type);
@@ -241,7 +242,7 @@ pub extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type: *mut 
 /// Ownership: `*out_storage_type` is written on success.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_storage_type: *mut c_int) -> c_int {
-    ffi_boundary!("MXNDArrayGetStorageType", {
+    ffi_boundary!({
         let out = Out::new(out_storage_type, "out_storage_type")?;
         out.write(property(handle, UNDEFINED_STORAGE, |a| a.stype() as c_int)?);
         Ok(())
@@ -254,7 +255,7 @@ pub extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_storage_typ
 /// Ownership: borrowed; valid while any view of the memory lives.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetData(handle: NDArrayHandle, out_pdata: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArrayGetData", {
+    ffi_boundary!({
         let out = Out::new(out_pdata, "out_pdata")?;
         out.write(property(handle, std::ptr::null_mut(), |a| a.data_ptr() as *mut c_void)?);
         Ok(())
@@ -266,7 +267,7 @@ pub extern "C" fn MXNDArrayGetData(handle: NDArrayHandle, out_pdata: *mut *mut c
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
 #[no_mangle]
 pub extern "C" fn MXNDArraySlice(handle: NDArrayHandle, slice_begin: u32, slice_end: u32, out: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArraySlice", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         let view = handle::ndarray(handle, "handle")?.slice(slice_begin as usize, slice_end as usize)?;
         out.write(handle::new_ndarray(Some(view)));
@@ -279,7 +280,7 @@ pub extern "C" fn MXNDArraySlice(handle: NDArrayHandle, slice_begin: u32, slice_
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
 #[no_mangle]
 pub extern "C" fn MXNDArrayAt(handle: NDArrayHandle, idx: u32, out: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayAt", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         let view = handle::ndarray(handle, "handle")?.at(idx as usize)?;
         out.write(handle::new_ndarray(Some(view)));
@@ -334,7 +335,7 @@ fn reshape_dims(input: &[usize], dims: &[c_int]) -> Result<Vec<usize>> {
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
 #[no_mangle]
 pub extern "C" fn MXNDArrayReshape(handle: NDArrayHandle, ndim: c_int, dims: *mut c_int, out: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayReshape", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         let ndim = usize::try_from(ndim).map_err(|_| crate::Error::new(format!("ndim {ndim} is negative")))?;
         let array = handle::ndarray(handle, "handle")?;
@@ -350,7 +351,7 @@ pub extern "C" fn MXNDArrayReshape(handle: NDArrayHandle, ndim: c_int, dims: *mu
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
 #[no_mangle]
 pub extern "C" fn MXNDArrayReshape64(handle: NDArrayHandle, ndim: c_int, dims: *mut i64, reverse: bool, out: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayReshape64", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         let ndim = usize::try_from(ndim).map_err(|_| crate::Error::new(format!("ndim {ndim} is negative")))?;
         let array = handle::ndarray(handle, "handle")?;

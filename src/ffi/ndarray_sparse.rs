@@ -46,7 +46,7 @@ pub extern "C" fn MXNDArrayCreateSparseEx(
     out: *mut NDArrayHandle,
 ) -> c_int {
     let _ = delay_alloc;
-    ffi_boundary!("MXNDArrayCreateSparseEx", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         let stype = StorageType::from_code(storage_type)?;
         let shape: Vec<usize> = args::slice(shape, args::len(ndim), "shape")?.iter().map(|&d| d as usize).collect();
@@ -68,11 +68,11 @@ pub extern "C" fn MXNDArrayCreateSparseEx(
 /// Ownership: both handles stay the caller's.
 #[no_mangle]
 pub extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle, handle_src: NDArrayHandle, i: c_int) -> c_int {
-    ffi_boundary!("MXNDArraySyncCopyFromNDArray", {
+    ffi_boundary!({
         let dst = handle::ndarray(handle_dst, "handle_dst")?;
         let src = handle::ndarray(handle_src, "handle_src")?;
         match (i, dst.stype()) {
-            (-1, StorageType::Default) => src.copy_to_sync(&dst),
+            (-1, StorageType::Default) => crate::backend::for_context(dst.ctx()).copy_sync(&src, &dst),
             (-1, _) => dst.set_sparse_data_from(&src),
             (i, _) if i >= 0 => dst.set_aux_from(i as usize, &src),
             (i, _) => crate::bail!("i = {i}: expected -1 (values) or an aux index"),
@@ -85,7 +85,7 @@ pub extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle, handle
 /// Ownership: `*out_type` is written on success.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, out_type: *mut c_int) -> c_int {
-    ffi_boundary!("MXNDArrayGetAuxType", {
+    ffi_boundary!({
         let out = Out::new(out_type, "out_type")?;
         out.write(handle::ndarray(handle, "handle")?.aux_dtype(i as usize)?.code());
         Ok(())
@@ -97,7 +97,7 @@ pub extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, out_type: *
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, out: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayGetAuxNDArray", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         let aux = handle::ndarray(handle, "handle")?.aux_ndarray(i as usize)?;
         out.write(handle::new_ndarray(Some(aux)));
@@ -110,7 +110,7 @@ pub extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, out: *mu
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetDataNDArray(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
-    ffi_boundary!("MXNDArrayGetDataNDArray", {
+    ffi_boundary!({
         let out = Out::new(out, "out")?;
         let data = handle::ndarray(handle, "handle")?.data_ndarray()?;
         out.write(handle::new_ndarray(Some(data)));

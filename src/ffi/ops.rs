@@ -1,8 +1,8 @@
 //! Operators: listing and describing them (what the frontends' code generators read at
 //! import) and running them imperatively (`MXImperativeInvoke(Ex)`).
 //!
-//! Op handles (`AtomicSymbolCreator`, nnvm's `OpHandle`) are tokens `(index + 1) << 4 | 8`
-//! into the registry, never pointers: they are decoded and range-checked, not dereferenced.
+//! Op handles (`AtomicSymbolCreator`, nnvm's `OpHandle`) are tokens into the registry
+//! (`handle::token`), never pointers: they are decoded and range-checked, not dereferenced.
 
 #![allow(non_snake_case)]
 
@@ -12,21 +12,19 @@ use super::handle;
 use super::types::NDArrayHandle;
 use crate::error::Result;
 use crate::ndarray::NDArray;
+use super::handle::TokenKind;
 use crate::ops::{self, OpRef};
 use once_cell::sync::Lazy;
 use std::cell::RefCell;
 use std::os::raw::{c_char, c_int, c_void};
 
-const OP_TAG: usize = 8;
-
 fn op_handle(op: OpRef) -> usize {
-    (op.index() + 1) << 4 | OP_TAG
+    handle::token(TokenKind::Op, op.index())
 }
 
 /// The op behind a handle from `NNGetOpHandle` / `MXSymbolListAtomicSymbolCreators`.
 fn op_from_handle(h: *mut c_void, arg: &str) -> Result<OpRef> {
-    let token = h as usize;
-    let op = (token & 0xF == OP_TAG).then(|| (token >> 4).checked_sub(1)).flatten().and_then(OpRef::from_index);
+    let op = handle::token_index(TokenKind::Op, h, usize::MAX).and_then(OpRef::from_index);
     op.ok_or_else(|| crate::Error::new(format!("{arg} ({h:p}) is not an operator handle of libkvstore")))
 }
 
@@ -65,7 +63,7 @@ fn write_names(out_size: Out<u32>, out_array: Out<*mut *const c_char>) {
 /// Ownership: the array and strings belong to the library and live for the process.
 #[no_mangle]
 pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXListAllOpNames", {
+    ffi_boundary!({
         write_names(Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         Ok(())
     })
@@ -76,7 +74,7 @@ pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *con
 /// Ownership: the array and strings belong to the library and live for the process.
 #[no_mangle]
 pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("NNListAllOpNames", {
+    ffi_boundary!({
         write_names(Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         Ok(())
     })
@@ -87,7 +85,7 @@ pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *con
 /// Ownership: `*op_out` is a token valid for the process; it is never freed.
 #[no_mangle]
 pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNGetOpHandle", {
+    ffi_boundary!({
         let out = Out::new(op_out, "op_out")?;
         let op = ops::lookup(args::string(op_name, "op_name")?)?;
         out.write(op_handle(op) as *mut c_void);
@@ -100,7 +98,7 @@ pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void
 /// Ownership: the array belongs to the library and lives for the process.
 #[no_mangle]
 pub extern "C" fn MXSymbolListAtomicSymbolCreators(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolListAtomicSymbolCreators", {
+    ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         size.write(CREATORS.len() as u32);
         array.write(CREATORS.as_ptr());
@@ -125,7 +123,7 @@ pub extern "C" fn MXSymbolGetAtomicSymbolInfo(
     key_var_num_args: *mut *const c_char,
     return_type: *mut *const c_char,
 ) -> c_int {
-    ffi_boundary!("MXSymbolGetAtomicSymbolInfo", {
+    ffi_boundary!({
         let (name, description) = (Out::new(name, "name")?, Out::new(description, "description")?);
         let num_args = Out::new(num_args, "num_args")?;
         let (names, types) = (Out::new(arg_names, "arg_names")?, Out::new(arg_type_infos, "arg_type_infos")?);
@@ -236,7 +234,7 @@ pub extern "C" fn MXImperativeInvoke(
     param_keys: *mut *const c_char,
     param_vals: *mut *const c_char,
 ) -> c_int {
-    ffi_boundary!("MXImperativeInvoke", {
+    ffi_boundary!({
         invoke(creator, num_inputs, inputs, num_outputs, outputs, num_params, param_keys, param_vals, None)
     })
 }
@@ -257,7 +255,7 @@ pub extern "C" fn MXImperativeInvokeEx(
     param_vals: *mut *const c_char,
     out_stypes: *mut *const c_int,
 ) -> c_int {
-    ffi_boundary!("MXImperativeInvokeEx", {
+    ffi_boundary!({
         let stypes = Out::new(out_stypes, "out_stypes")?;
         invoke(creator, num_inputs, inputs, num_outputs, outputs, num_params, param_keys, param_vals, Some(stypes))
     })
@@ -269,7 +267,7 @@ pub extern "C" fn MXImperativeInvokeEx(
 /// Ownership: `*out_array` belongs to the library.
 #[no_mangle]
 pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *const c_void) -> c_int {
-    ffi_boundary!("MXListFunctions", {
+    ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         size.write(0);
         array.write(CREATORS.as_ptr() as *mut *const c_void);
@@ -282,7 +280,7 @@ pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *cons
 /// Ownership: `*out_array` belongs to the library.
 #[no_mangle]
 pub extern "C" fn MXNetFuncListGlobalNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXNetFuncListGlobalNames", {
+    ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
         size.write(0);
         array.write(ALL_NAMES.as_ptr());
@@ -297,7 +295,7 @@ pub extern "C" fn MXNetFuncListGlobalNames(out_size: *mut u32, out_array: *mut *
 #[no_mangle]
 pub extern "C" fn MXCustomOpRegister(op_type: *const c_char, creator: super::types::CustomOpPropCreator) -> c_int {
     let _ = creator;
-    ffi_boundary!("MXCustomOpRegister", {
+    ffi_boundary!({
         args::string(op_type, "op_type")?;
         Ok(())
     })
@@ -313,6 +311,6 @@ mod tests {
         assert_eq!(op_from_handle(op_handle(op) as *mut c_void, "h").unwrap(), op);
         assert!(op_from_handle(std::ptr::null_mut(), "h").is_err());
         assert!(op_from_handle(0x10 as *mut c_void, "h").is_err());
-        assert!(op_from_handle(((1usize << 30) << 4 | OP_TAG) as *mut c_void, "h").is_err());
+        assert!(op_from_handle(((1usize << 30) << 4 | TokenKind::Op as usize) as *mut c_void, "h").is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! Process-wide calls: errors, version, shutdown, roles and the parameter-server environment.
+//! Process-wide calls: errors, version, shutdown, roles.
 
 #![allow(non_snake_case)]
 
@@ -24,7 +24,7 @@ pub extern "C" fn MXGetLastError() -> *const c_char {
 /// Ownership: `*out` is written on success.
 #[no_mangle]
 pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
-    ffi_boundary!("MXGetVersion", {
+    ffi_boundary!({
         Out::new(out, "out")?.write(MXNET_VERSION);
         Ok(())
     })
@@ -35,8 +35,9 @@ pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXNotifyShutdown() -> c_int {
-    ffi_boundary!("MXNotifyShutdown", {
-        crate::engine::engine().wait_all();
+    ffi_boundary!({
+        // Shutting down reports nothing: MXNet's engine drops pending failures at shutdown.
+        let _ = crate::engine::engine().wait_all();
         Ok(())
     })
 }
@@ -47,9 +48,8 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
 /// Ownership: `*out` is written on success.
 #[no_mangle]
 pub extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
-    ffi_boundary!("MXGetGPUCount", {
-        let out = Out::new(out, "out")?;
-        out.write(crate::gpu::device_count()?);
+    ffi_boundary!({
+        Out::new(out, "out")?.write(crate::gpu::device_count()?);
         Ok(())
     })
 }
@@ -61,7 +61,7 @@ pub extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
 /// Ownership: `*free_mem` and `*total_mem` are written on success.
 #[no_mangle]
 pub extern "C" fn MXGetGPUMemoryInformation(dev: c_int, free_mem: *mut c_int, total_mem: *mut c_int) -> c_int {
-    ffi_boundary!("MXGetGPUMemoryInformation", {
+    ffi_boundary!({
         let (free_out, total_out) = (Out::new(free_mem, "free_mem")?, Out::new(total_mem, "total_mem")?);
         let (free, total) = crate::gpu::memory_info(dev)?;
         free_out.write(free as c_int);
@@ -76,7 +76,7 @@ pub extern "C" fn MXGetGPUMemoryInformation(dev: c_int, free_mem: *mut c_int, to
 /// Ownership: `*free_mem` and `*total_mem` are written on success.
 #[no_mangle]
 pub extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, total_mem: *mut u64) -> c_int {
-    ffi_boundary!("MXGetGPUMemoryInformation64", {
+    ffi_boundary!({
         let (free_out, total_out) = (Out::new(free_mem, "free_mem")?, Out::new(total_mem, "total_mem")?);
         let (free, total) = crate::gpu::memory_info(dev)?;
         free_out.write(free);
@@ -85,14 +85,10 @@ pub extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, to
     })
 }
 
-pub(crate) fn set_ps_env(keys: &[&str], vals: &[&str]) {
-    crate::dist::set_ps_env(keys, vals);
-}
-
 /// Writes 1 to `ret` if this process has `role` (an unset `DMLC_ROLE` means worker).
 pub(crate) fn role_is(ret: *mut c_int, role: &str) -> Result<()> {
     let out = Out::new(ret, "ret")?;
-    out.write(crate::dist::Role::is(role) as c_int);
+    out.write(crate::store::env::has_role(role) as c_int);
     Ok(())
 }
 
@@ -112,7 +108,7 @@ pub extern "C" fn NNGetLastError() -> *const c_char {
 pub extern "C" fn NNAPISetLastError(msg: *const c_char) {
     // The C signature returns void, so the boundary's status has nowhere to go: a failure
     // has already been recorded as the last error, which is what this call is for.
-    let _ = ffi_boundary!("NNAPISetLastError", {
+    let _ = ffi_boundary!({
         let text = super::args::string(msg, "msg")?;
         super::last_error::set_raw(text);
         Ok(())

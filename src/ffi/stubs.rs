@@ -18,827 +18,827 @@ fn unsupported(name: &str) -> crate::error::Result<()> {
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradBackward").
 #[no_mangle]
 pub extern "C" fn MXAutogradBackward(num_output: u32, output_handles: *mut *mut c_void, ograd_handles: *mut *mut c_void, retain_graph: c_int) -> c_int {
-    ffi_boundary!("MXAutogradBackward", { unsupported("MXAutogradBackward") })
+    ffi_boundary!({ unsupported("MXAutogradBackward") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradBackwardEx").
 #[no_mangle]
 pub extern "C" fn MXAutogradBackwardEx(num_output: u32, output_handles: *mut *mut c_void, ograd_handles: *mut *mut c_void, num_variables: u32, var_handles: *mut *mut c_void, retain_graph: c_int, create_graph: c_int, is_train: c_int, grad_handles: *mut *mut *mut c_void, grad_stypes: *mut *mut c_int) -> c_int {
-    ffi_boundary!("MXAutogradBackwardEx", { unsupported("MXAutogradBackwardEx") })
+    ffi_boundary!({ unsupported("MXAutogradBackwardEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradComputeGradient").
 #[no_mangle]
 pub extern "C" fn MXAutogradComputeGradient(num_output: u32, output_handles: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXAutogradComputeGradient", { unsupported("MXAutogradComputeGradient") })
+    ffi_boundary!({ unsupported("MXAutogradComputeGradient") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradGetSymbol").
 #[no_mangle]
 pub extern "C" fn MXAutogradGetSymbol(handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXAutogradGetSymbol", { unsupported("MXAutogradGetSymbol") })
+    ffi_boundary!({ unsupported("MXAutogradGetSymbol") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsRecording").
 #[no_mangle]
 pub extern "C" fn MXAutogradIsRecording(curr: *mut bool) -> c_int {
-    ffi_boundary!("MXAutogradIsRecording", { unsupported("MXAutogradIsRecording") })
+    ffi_boundary!({ unsupported("MXAutogradIsRecording") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsTraining").
 #[no_mangle]
 pub extern "C" fn MXAutogradIsTraining(curr: *mut bool) -> c_int {
-    ffi_boundary!("MXAutogradIsTraining", { unsupported("MXAutogradIsTraining") })
+    ffi_boundary!({ unsupported("MXAutogradIsTraining") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradMarkVariables").
 #[no_mangle]
 pub extern "C" fn MXAutogradMarkVariables(num_var: u32, var_handles: *mut *mut c_void, reqs_array: *mut u32, grad_handles: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXAutogradMarkVariables", { unsupported("MXAutogradMarkVariables") })
+    ffi_boundary!({ unsupported("MXAutogradMarkVariables") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsRecording").
 #[no_mangle]
 pub extern "C" fn MXAutogradSetIsRecording(is_recording: c_int, prev: *mut c_int) -> c_int {
-    ffi_boundary!("MXAutogradSetIsRecording", { unsupported("MXAutogradSetIsRecording") })
+    ffi_boundary!({ unsupported("MXAutogradSetIsRecording") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsTraining").
 #[no_mangle]
 pub extern "C" fn MXAutogradSetIsTraining(is_training: c_int, prev: *mut c_int) -> c_int {
-    ffi_boundary!("MXAutogradSetIsTraining", { unsupported("MXAutogradSetIsTraining") })
+    ffi_boundary!({ unsupported("MXAutogradSetIsTraining") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOp").
 #[no_mangle]
 pub extern "C" fn MXCreateCachedOp(handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXCreateCachedOp", { unsupported("MXCreateCachedOp") })
+    ffi_boundary!({ unsupported("MXCreateCachedOp") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOpEx").
 #[no_mangle]
 pub extern "C" fn MXCreateCachedOpEx(handle: *mut c_void, num_flags: c_int, keys: *mut *const c_char, vals: *mut *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXCreateCachedOpEx", { unsupported("MXCreateCachedOpEx") })
+    ffi_boundary!({ unsupported("MXCreateCachedOpEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterBeforeFirst").
 #[no_mangle]
 pub extern "C" fn MXDataIterBeforeFirst(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXDataIterBeforeFirst", { unsupported("MXDataIterBeforeFirst") })
+    ffi_boundary!({ unsupported("MXDataIterBeforeFirst") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterCreateIter").
 #[no_mangle]
 pub extern "C" fn MXDataIterCreateIter(handle: *mut c_void, num_param: u32, keys: *mut *const c_char, vals: *mut *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXDataIterCreateIter", { unsupported("MXDataIterCreateIter") })
+    ffi_boundary!({ unsupported("MXDataIterCreateIter") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterFree").
 #[no_mangle]
 pub extern "C" fn MXDataIterFree(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXDataIterFree", { unsupported("MXDataIterFree") })
+    ffi_boundary!({ unsupported("MXDataIterFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetData").
 #[no_mangle]
 pub extern "C" fn MXDataIterGetData(handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXDataIterGetData", { unsupported("MXDataIterGetData") })
+    ffi_boundary!({ unsupported("MXDataIterGetData") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetIndex").
 #[no_mangle]
 pub extern "C" fn MXDataIterGetIndex(handle: *mut c_void, out_index: *mut *mut u64, out_size: *mut u64) -> c_int {
-    ffi_boundary!("MXDataIterGetIndex", { unsupported("MXDataIterGetIndex") })
+    ffi_boundary!({ unsupported("MXDataIterGetIndex") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetLabel").
 #[no_mangle]
 pub extern "C" fn MXDataIterGetLabel(handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXDataIterGetLabel", { unsupported("MXDataIterGetLabel") })
+    ffi_boundary!({ unsupported("MXDataIterGetLabel") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetPadNum").
 #[no_mangle]
 pub extern "C" fn MXDataIterGetPadNum(handle: *mut c_void, pad: *mut c_int) -> c_int {
-    ffi_boundary!("MXDataIterGetPadNum", { unsupported("MXDataIterGetPadNum") })
+    ffi_boundary!({ unsupported("MXDataIterGetPadNum") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterNext").
 #[no_mangle]
 pub extern "C" fn MXDataIterNext(handle: *mut c_void, out: *mut c_int) -> c_int {
-    ffi_boundary!("MXDataIterNext", { unsupported("MXDataIterNext") })
+    ffi_boundary!({ unsupported("MXDataIterNext") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDumpProfile").
 #[no_mangle]
 pub extern "C" fn MXDumpProfile(finished: c_int) -> c_int {
-    ffi_boundary!("MXDumpProfile", { unsupported("MXDumpProfile") })
+    ffi_boundary!({ unsupported("MXDumpProfile") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEngineSetBulkSize").
 #[no_mangle]
 pub extern "C" fn MXEngineSetBulkSize(bulk_size: c_int, prev_bulk_size: *mut c_int) -> c_int {
-    ffi_boundary!("MXEngineSetBulkSize", { unsupported("MXEngineSetBulkSize") })
+    ffi_boundary!({ unsupported("MXEngineSetBulkSize") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBackward").
 #[no_mangle]
 pub extern "C" fn MXExecutorBackward(handle: *mut c_void, len: u32, head_grads: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorBackward", { unsupported("MXExecutorBackward") })
+    ffi_boundary!({ unsupported("MXExecutorBackward") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBackwardEx").
 #[no_mangle]
 pub extern "C" fn MXExecutorBackwardEx(handle: *mut c_void, len: u32, head_grads: *mut *mut c_void, is_train: c_int) -> c_int {
-    ffi_boundary!("MXExecutorBackwardEx", { unsupported("MXExecutorBackwardEx") })
+    ffi_boundary!({ unsupported("MXExecutorBackwardEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBind").
 #[no_mangle]
 pub extern "C" fn MXExecutorBind(symbol_handle: *mut c_void, dev_type: c_int, dev_id: c_int, len: u32, in_args: *mut *mut c_void, arg_grad_store: *mut *mut c_void, grad_req_type: *mut u32, aux_states_len: u32, aux_states: *mut *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorBind", { unsupported("MXExecutorBind") })
+    ffi_boundary!({ unsupported("MXExecutorBind") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBindEX").
 #[no_mangle]
 pub extern "C" fn MXExecutorBindEX(symbol_handle: *mut c_void, dev_type: c_int, dev_id: c_int, num_map_keys: u32, map_keys: *mut *const c_char, map_dev_types: *const c_int, map_dev_ids: *const c_int, len: u32, in_args: *mut *mut c_void, arg_grad_store: *mut *mut c_void, grad_req_type: *mut u32, aux_states_len: u32, aux_states: *mut *mut c_void, shared_exec: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorBindEX", { unsupported("MXExecutorBindEX") })
+    ffi_boundary!({ unsupported("MXExecutorBindEX") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorBindX").
 #[no_mangle]
 pub extern "C" fn MXExecutorBindX(symbol_handle: *mut c_void, dev_type: c_int, dev_id: c_int, num_map_keys: u32, map_keys: *mut *const c_char, map_dev_types: *const c_int, map_dev_ids: *const c_int, len: u32, in_args: *mut *mut c_void, arg_grad_store: *mut *mut c_void, grad_req_type: *mut u32, aux_states_len: u32, aux_states: *mut *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorBindX", { unsupported("MXExecutorBindX") })
+    ffi_boundary!({ unsupported("MXExecutorBindX") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorForward").
 #[no_mangle]
 pub extern "C" fn MXExecutorForward(handle: *mut c_void, is_train: c_int) -> c_int {
-    ffi_boundary!("MXExecutorForward", { unsupported("MXExecutorForward") })
+    ffi_boundary!({ unsupported("MXExecutorForward") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorFree").
 #[no_mangle]
 pub extern "C" fn MXExecutorFree(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorFree", { unsupported("MXExecutorFree") })
+    ffi_boundary!({ unsupported("MXExecutorFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorGetOptimizedSymbol").
 #[no_mangle]
 pub extern "C" fn MXExecutorGetOptimizedSymbol(handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorGetOptimizedSymbol", { unsupported("MXExecutorGetOptimizedSymbol") })
+    ffi_boundary!({ unsupported("MXExecutorGetOptimizedSymbol") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorOutputs").
 #[no_mangle]
 pub extern "C" fn MXExecutorOutputs(handle: *mut c_void, out_size: *mut u32, out: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorOutputs", { unsupported("MXExecutorOutputs") })
+    ffi_boundary!({ unsupported("MXExecutorOutputs") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorPrint").
 #[no_mangle]
 pub extern "C" fn MXExecutorPrint(handle: *mut c_void, out_str: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXExecutorPrint", { unsupported("MXExecutorPrint") })
+    ffi_boundary!({ unsupported("MXExecutorPrint") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorReshapeEx").
 #[no_mangle]
 pub extern "C" fn MXExecutorReshapeEx(partial_shaping: c_int, allow_up_sizing: c_int, dev_type: c_int, dev_id: c_int, num_map_keys: u32, map_keys: *mut *const c_char, map_dev_types: *const c_int, map_dev_ids: *const c_int, num_provided_arg_shapes: u32, provided_arg_shape_names: *mut *const c_char, provided_arg_shape_data: *const c_int, provided_arg_shape_idx: *const u32, num_in_args: *mut u32, in_args: *mut *mut *mut c_void, arg_grads: *mut *mut *mut c_void, num_aux_states: *mut u32, aux_states: *mut *mut *mut c_void, shared_exec: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorReshapeEx", { unsupported("MXExecutorReshapeEx") })
+    ffi_boundary!({ unsupported("MXExecutorReshapeEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSetMonitorCallback").
 #[no_mangle]
 pub extern "C" fn MXExecutorSetMonitorCallback(handle: *mut c_void, callback: ExecutorMonitorCallback, callback_handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorSetMonitorCallback", { unsupported("MXExecutorSetMonitorCallback") })
+    ffi_boundary!({ unsupported("MXExecutorSetMonitorCallback") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSimpleBindEx").
 #[no_mangle]
 pub extern "C" fn MXExecutorSimpleBindEx(symbol_handle: *mut c_void, dev_type: c_int, dev_id: c_int, num_g2c_keys: u32, g2c_keys: *mut *const c_char, g2c_dev_types: *const c_int, g2c_dev_ids: *const c_int, provided_grad_req_list_len: u32, provided_grad_req_names: *mut *const c_char, provided_grad_req_types: *mut *const c_char, num_provided_arg_shapes: u32, provided_arg_shape_names: *mut *const c_char, provided_arg_shape_data: *const c_int, provided_arg_shape_idx: *const u32, num_provided_arg_dtypes: u32, provided_arg_dtype_names: *mut *const c_char, provided_arg_dtypes: *const c_int, num_provided_arg_stypes: u32, provided_arg_stype_names: *mut *const c_char, provided_arg_stypes: *const c_int, num_shared_arg_names: u32, shared_arg_name_list: *mut *const c_char, shared_buffer_len: *mut c_int, shared_buffer_name_list: *mut *const c_char, shared_buffer_handle_list: *mut *mut c_void, updated_shared_buffer_name_list: *mut *mut *const c_char, updated_shared_buffer_handle_list: *mut *mut *mut c_void, num_in_args: *mut u32, in_args: *mut *mut *mut c_void, arg_grads: *mut *mut *mut c_void, num_aux_states: *mut u32, aux_states: *mut *mut *mut c_void, shared_exec_handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorSimpleBindEx", { unsupported("MXExecutorSimpleBindEx") })
+    ffi_boundary!({ unsupported("MXExecutorSimpleBindEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSimpleBindEx64").
 #[no_mangle]
 pub extern "C" fn MXExecutorSimpleBindEx64(symbol_handle: *mut c_void, dev_type: c_int, dev_id: c_int, num_g2c_keys: u32, g2c_keys: *mut *const c_char, g2c_dev_types: *const c_int, g2c_dev_ids: *const c_int, provided_grad_req_list_len: u32, provided_grad_req_names: *mut *const c_char, provided_grad_req_types: *mut *const c_char, num_provided_arg_shapes: u32, provided_arg_shape_names: *mut *const c_char, provided_arg_shape_data: *const i64, provided_arg_shape_idx: *const u32, num_provided_arg_dtypes: u32, provided_arg_dtype_names: *mut *const c_char, provided_arg_dtypes: *const c_int, num_provided_arg_stypes: u32, provided_arg_stype_names: *mut *const c_char, provided_arg_stypes: *const c_int, num_shared_arg_names: u32, shared_arg_name_list: *mut *const c_char, shared_buffer_len: *mut c_int, shared_buffer_name_list: *mut *const c_char, shared_buffer_handle_list: *mut *mut c_void, updated_shared_buffer_name_list: *mut *mut *const c_char, updated_shared_buffer_handle_list: *mut *mut *mut c_void, num_in_args: *mut u32, in_args: *mut *mut *mut c_void, arg_grads: *mut *mut *mut c_void, num_aux_states: *mut u32, aux_states: *mut *mut *mut c_void, shared_exec_handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXExecutorSimpleBindEx64", { unsupported("MXExecutorSimpleBindEx64") })
+    ffi_boundary!({ unsupported("MXExecutorSimpleBindEx64") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFreeCachedOp").
 #[no_mangle]
 pub extern "C" fn MXFreeCachedOp(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXFreeCachedOp", { unsupported("MXFreeCachedOp") })
+    ffi_boundary!({ unsupported("MXFreeCachedOp") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFuncDescribe").
 #[no_mangle]
 pub extern "C" fn MXFuncDescribe(fun: *const c_void, num_use_vars: *mut u32, num_scalars: *mut u32, num_mutate_vars: *mut u32, type_mask: *mut c_int) -> c_int {
-    ffi_boundary!("MXFuncDescribe", { unsupported("MXFuncDescribe") })
+    ffi_boundary!({ unsupported("MXFuncDescribe") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFuncGetInfo").
 #[no_mangle]
 pub extern "C" fn MXFuncGetInfo(fun: *const c_void, name: *mut *const c_char, description: *mut *const c_char, num_args: *mut u32, arg_names: *mut *mut *const c_char, arg_type_infos: *mut *mut *const c_char, arg_descriptions: *mut *mut *const c_char, return_type: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXFuncGetInfo", { unsupported("MXFuncGetInfo") })
+    ffi_boundary!({ unsupported("MXFuncGetInfo") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFuncInvoke").
 #[no_mangle]
 pub extern "C" fn MXFuncInvoke(fun: *const c_void, use_vars: *mut *mut c_void, scalar_args: *mut f32, mutate_vars: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXFuncInvoke", { unsupported("MXFuncInvoke") })
+    ffi_boundary!({ unsupported("MXFuncInvoke") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXFuncInvokeEx").
 #[no_mangle]
 pub extern "C" fn MXFuncInvokeEx(fun: *const c_void, use_vars: *mut *mut c_void, scalar_args: *mut f32, mutate_vars: *mut *mut c_void, num_params: c_int, param_keys: *mut *mut c_char, param_vals: *mut *mut c_char) -> c_int {
-    ffi_boundary!("MXFuncInvokeEx", { unsupported("MXFuncInvokeEx") })
+    ffi_boundary!({ unsupported("MXFuncInvokeEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGenAtomicSymbolFromSymbol").
 #[no_mangle]
 pub extern "C" fn MXGenAtomicSymbolFromSymbol(sym_handle: *mut c_void, ret_sym_handle: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXGenAtomicSymbolFromSymbol", { unsupported("MXGenAtomicSymbolFromSymbol") })
+    ffi_boundary!({ unsupported("MXGenAtomicSymbolFromSymbol") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetFunction").
 #[no_mangle]
 pub extern "C" fn MXGetFunction(name: *const c_char, out: *mut *const c_void) -> c_int {
-    ffi_boundary!("MXGetFunction", { unsupported("MXGetFunction") })
+    ffi_boundary!({ unsupported("MXGetFunction") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOp").
 #[no_mangle]
 pub extern "C" fn MXInvokeCachedOp(handle: *mut c_void, num_inputs: c_int, inputs: *mut *mut c_void, num_outputs: *mut c_int, outputs: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXInvokeCachedOp", { unsupported("MXInvokeCachedOp") })
+    ffi_boundary!({ unsupported("MXInvokeCachedOp") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOpEx").
 #[no_mangle]
 pub extern "C" fn MXInvokeCachedOpEx(handle: *mut c_void, num_inputs: c_int, inputs: *mut *mut c_void, num_outputs: *mut c_int, outputs: *mut *mut *mut c_void, out_stypes: *mut *const c_int) -> c_int {
-    ffi_boundary!("MXInvokeCachedOpEx", { unsupported("MXInvokeCachedOpEx") })
+    ffi_boundary!({ unsupported("MXInvokeCachedOpEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXIsNumpyShape").
 #[no_mangle]
 pub extern "C" fn MXIsNumpyShape(curr: *mut c_int) -> c_int {
-    ffi_boundary!("MXIsNumpyShape", { unsupported("MXIsNumpyShape") })
+    ffi_boundary!({ unsupported("MXIsNumpyShape") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayAt64").
 #[no_mangle]
 pub extern "C" fn MXNDArrayAt64(handle: *mut c_void, idx: i64, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArrayAt64", { unsupported("MXNDArrayAt64") })
+    ffi_boundary!({ unsupported("MXNDArrayAt64") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCreateEx64").
 #[no_mangle]
 pub extern "C" fn MXNDArrayCreateEx64(shape: *const i64, ndim: c_int, dev_type: c_int, dev_id: c_int, delay_alloc: c_int, dtype: c_int, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArrayCreateEx64", { unsupported("MXNDArrayCreateEx64") })
+    ffi_boundary!({ unsupported("MXNDArrayCreateEx64") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCreateSparseEx64").
 #[no_mangle]
 pub extern "C" fn MXNDArrayCreateSparseEx64(storage_type: c_int, shape: *const i64, ndim: c_int, dev_type: c_int, dev_id: c_int, delay_alloc: c_int, dtype: c_int, num_aux: u32, aux_type: *mut c_int, aux_ndims: *mut c_int, aux_shape: *const i64, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArrayCreateSparseEx64", { unsupported("MXNDArrayCreateSparseEx64") })
+    ffi_boundary!({ unsupported("MXNDArrayCreateSparseEx64") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayDetach").
 #[no_mangle]
 pub extern "C" fn MXNDArrayDetach(handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArrayDetach", { unsupported("MXNDArrayDetach") })
+    ffi_boundary!({ unsupported("MXNDArrayDetach") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetGrad").
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetGrad(handle: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArrayGetGrad", { unsupported("MXNDArrayGetGrad") })
+    ffi_boundary!({ unsupported("MXNDArrayGetGrad") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetGradState").
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetGradState(handle: *mut c_void, out: *mut c_int) -> c_int {
-    ffi_boundary!("MXNDArrayGetGradState", { unsupported("MXNDArrayGetGradState") })
+    ffi_boundary!({ unsupported("MXNDArrayGetGradState") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetShapeEx64").
 #[no_mangle]
 pub extern "C" fn MXNDArrayGetShapeEx64(handle: *mut c_void, out_dim: *mut c_int, out_pdata: *mut *const i64) -> c_int {
-    ffi_boundary!("MXNDArrayGetShapeEx64", { unsupported("MXNDArrayGetShapeEx64") })
+    ffi_boundary!({ unsupported("MXNDArrayGetShapeEx64") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayLoad").
 #[no_mangle]
 pub extern "C" fn MXNDArrayLoad(fname: *const c_char, out_size: *mut u32, out_arr: *mut *mut *mut c_void, out_name_size: *mut u32, out_names: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXNDArrayLoad", { unsupported("MXNDArrayLoad") })
+    ffi_boundary!({ unsupported("MXNDArrayLoad") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayLoadFromBuffer").
 #[no_mangle]
 pub extern "C" fn MXNDArrayLoadFromBuffer(ndarray_buffer: *const c_void, size: usize, out_size: *mut u32, out_arr: *mut *mut *mut c_void, out_name_size: *mut u32, out_names: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXNDArrayLoadFromBuffer", { unsupported("MXNDArrayLoadFromBuffer") })
+    ffi_boundary!({ unsupported("MXNDArrayLoadFromBuffer") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayLoadFromRawBytes").
 #[no_mangle]
 pub extern "C" fn MXNDArrayLoadFromRawBytes(buf: *const c_void, size: usize, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArrayLoadFromRawBytes", { unsupported("MXNDArrayLoadFromRawBytes") })
+    ffi_boundary!({ unsupported("MXNDArrayLoadFromRawBytes") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySave").
 #[no_mangle]
 pub extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args: *mut *mut c_void, keys: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXNDArraySave", { unsupported("MXNDArraySave") })
+    ffi_boundary!({ unsupported("MXNDArraySave") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySaveRawBytes").
 #[no_mangle]
 pub extern "C" fn MXNDArraySaveRawBytes(handle: *mut c_void, out_size: *mut usize, out_buf: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXNDArraySaveRawBytes", { unsupported("MXNDArraySaveRawBytes") })
+    ffi_boundary!({ unsupported("MXNDArraySaveRawBytes") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySetGradState").
 #[no_mangle]
 pub extern "C" fn MXNDArraySetGradState(handle: *mut c_void, state: c_int) -> c_int {
-    ffi_boundary!("MXNDArraySetGradState", { unsupported("MXNDArraySetGradState") })
+    ffi_boundary!({ unsupported("MXNDArraySetGradState") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySlice64").
 #[no_mangle]
 pub extern "C" fn MXNDArraySlice64(handle: *mut c_void, slice_begin: i64, slice_end: i64, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXNDArraySlice64", { unsupported("MXNDArraySlice64") })
+    ffi_boundary!({ unsupported("MXNDArraySlice64") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySyncCheckFormat").
 #[no_mangle]
 pub extern "C" fn MXNDArraySyncCheckFormat(handle: *mut c_void, full_check: bool) -> c_int {
-    ffi_boundary!("MXNDArraySyncCheckFormat", { unsupported("MXNDArraySyncCheckFormat") })
+    ffi_boundary!({ unsupported("MXNDArraySyncCheckFormat") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXOptimizeForBackend").
 #[no_mangle]
 pub extern "C" fn MXOptimizeForBackend(sym_handle: *mut c_void, backend_name: *const c_char, dev_type: c_int, ret_sym_handle: *mut *mut c_void, args_len: u32, in_args_handle: *mut *mut c_void, aux_len: u32, in_aux_handle: *mut *mut c_void, num_options: u32, keys: *mut *const c_char, vals: *mut *const c_char, num_input_shapes: u32, input_shape_names: *mut *const c_char, input_shape_data: *const i64, input_shape_idx: *const u32, num_input_dtypes: u32, input_dtype_names: *mut *const c_char, input_dtypes: *const c_int, num_input_stypes: u32, input_stype_names: *mut *const c_char, input_stypes: *const c_int, skip_infer: bool, new_args_cnt: *mut c_int, new_args_handle: *mut *mut *mut c_void, new_arg_names_handle: *mut *mut *mut c_char, new_aux_cnt: *mut c_int, new_aux_handle: *mut *mut *mut c_void, new_aux_names_handle: *mut *mut *mut c_char) -> c_int {
-    ffi_boundary!("MXOptimizeForBackend", { unsupported("MXOptimizeForBackend") })
+    ffi_boundary!({ unsupported("MXOptimizeForBackend") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRandomSeedContext").
 #[no_mangle]
 pub extern "C" fn MXRandomSeedContext(seed: c_int, dev_type: c_int, dev_id: c_int) -> c_int {
-    ffi_boundary!("MXRandomSeedContext", { unsupported("MXRandomSeedContext") })
+    ffi_boundary!({ unsupported("MXRandomSeedContext") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderCreate").
 #[no_mangle]
 pub extern "C" fn MXRecordIOReaderCreate(uri: *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXRecordIOReaderCreate", { unsupported("MXRecordIOReaderCreate") })
+    ffi_boundary!({ unsupported("MXRecordIOReaderCreate") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderFree").
 #[no_mangle]
 pub extern "C" fn MXRecordIOReaderFree(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXRecordIOReaderFree", { unsupported("MXRecordIOReaderFree") })
+    ffi_boundary!({ unsupported("MXRecordIOReaderFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderReadRecord").
 #[no_mangle]
 pub extern "C" fn MXRecordIOReaderReadRecord(handle: *mut c_void, buf: *mut *const c_char, size: *mut usize) -> c_int {
-    ffi_boundary!("MXRecordIOReaderReadRecord", { unsupported("MXRecordIOReaderReadRecord") })
+    ffi_boundary!({ unsupported("MXRecordIOReaderReadRecord") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderSeek").
 #[no_mangle]
 pub extern "C" fn MXRecordIOReaderSeek(handle: *mut c_void, pos: usize) -> c_int {
-    ffi_boundary!("MXRecordIOReaderSeek", { unsupported("MXRecordIOReaderSeek") })
+    ffi_boundary!({ unsupported("MXRecordIOReaderSeek") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterCreate").
 #[no_mangle]
 pub extern "C" fn MXRecordIOWriterCreate(uri: *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXRecordIOWriterCreate", { unsupported("MXRecordIOWriterCreate") })
+    ffi_boundary!({ unsupported("MXRecordIOWriterCreate") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterFree").
 #[no_mangle]
 pub extern "C" fn MXRecordIOWriterFree(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXRecordIOWriterFree", { unsupported("MXRecordIOWriterFree") })
+    ffi_boundary!({ unsupported("MXRecordIOWriterFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterTell").
 #[no_mangle]
 pub extern "C" fn MXRecordIOWriterTell(handle: *mut c_void, pos: *mut usize) -> c_int {
-    ffi_boundary!("MXRecordIOWriterTell", { unsupported("MXRecordIOWriterTell") })
+    ffi_boundary!({ unsupported("MXRecordIOWriterTell") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterWriteRecord").
 #[no_mangle]
 pub extern "C" fn MXRecordIOWriterWriteRecord(handle: *mut c_void, buf: *const c_char, size: usize) -> c_int {
-    ffi_boundary!("MXRecordIOWriterWriteRecord", { unsupported("MXRecordIOWriterWriteRecord") })
+    ffi_boundary!({ unsupported("MXRecordIOWriterWriteRecord") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCreate").
 #[no_mangle]
 pub extern "C" fn MXRtcCreate(name: *mut c_char, num_input: u32, num_output: u32, input_names: *mut *mut c_char, output_names: *mut *mut c_char, inputs: *mut *mut c_void, outputs: *mut *mut c_void, kernel: *mut c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXRtcCreate", { unsupported("MXRtcCreate") })
+    ffi_boundary!({ unsupported("MXRtcCreate") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaKernelCall").
 #[no_mangle]
 pub extern "C" fn MXRtcCudaKernelCall(handle: *mut c_void, dev_id: c_int, args: *mut *mut c_void, grid_dim_x: u32, grid_dim_y: u32, grid_dim_z: u32, block_dim_x: u32, block_dim_y: u32, block_dim_z: u32, shared_mem: u32) -> c_int {
-    ffi_boundary!("MXRtcCudaKernelCall", { unsupported("MXRtcCudaKernelCall") })
+    ffi_boundary!({ unsupported("MXRtcCudaKernelCall") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaKernelCreate").
 #[no_mangle]
 pub extern "C" fn MXRtcCudaKernelCreate(handle: *mut c_void, name: *const c_char, num_args: c_int, is_ndarray: *mut c_int, is_const: *mut c_int, arg_types: *mut c_int, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXRtcCudaKernelCreate", { unsupported("MXRtcCudaKernelCreate") })
+    ffi_boundary!({ unsupported("MXRtcCudaKernelCreate") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaKernelFree").
 #[no_mangle]
 pub extern "C" fn MXRtcCudaKernelFree(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXRtcCudaKernelFree", { unsupported("MXRtcCudaKernelFree") })
+    ffi_boundary!({ unsupported("MXRtcCudaKernelFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaModuleCreate").
 #[no_mangle]
 pub extern "C" fn MXRtcCudaModuleCreate(source: *const c_char, num_options: c_int, options: *mut *const c_char, num_exports: c_int, exports: *mut *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXRtcCudaModuleCreate", { unsupported("MXRtcCudaModuleCreate") })
+    ffi_boundary!({ unsupported("MXRtcCudaModuleCreate") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCudaModuleFree").
 #[no_mangle]
 pub extern "C" fn MXRtcCudaModuleFree(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXRtcCudaModuleFree", { unsupported("MXRtcCudaModuleFree") })
+    ffi_boundary!({ unsupported("MXRtcCudaModuleFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcFree").
 #[no_mangle]
 pub extern "C" fn MXRtcFree(handle: *mut c_void) -> c_int {
-    ffi_boundary!("MXRtcFree", { unsupported("MXRtcFree") })
+    ffi_boundary!({ unsupported("MXRtcFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcPush").
 #[no_mangle]
 pub extern "C" fn MXRtcPush(handle: *mut c_void, num_input: u32, num_output: u32, inputs: *mut *mut c_void, outputs: *mut *mut c_void, gridDimX: u32, gridDimY: u32, gridDimZ: u32, blockDimX: u32, blockDimY: u32, blockDimZ: u32) -> c_int {
-    ffi_boundary!("MXRtcPush", { unsupported("MXRtcPush") })
+    ffi_boundary!({ unsupported("MXRtcPush") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetIsNumpyShape").
 #[no_mangle]
 pub extern "C" fn MXSetIsNumpyShape(is_np_shape: c_int, prev: *mut c_int) -> c_int {
-    ffi_boundary!("MXSetIsNumpyShape", { unsupported("MXSetIsNumpyShape") })
+    ffi_boundary!({ unsupported("MXSetIsNumpyShape") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetNumOMPThreads").
 #[no_mangle]
 pub extern "C" fn MXSetNumOMPThreads(thread_num: c_int) -> c_int {
-    ffi_boundary!("MXSetNumOMPThreads", { unsupported("MXSetNumOMPThreads") })
+    ffi_boundary!({ unsupported("MXSetNumOMPThreads") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetProfilerConfig").
 #[no_mangle]
 pub extern "C" fn MXSetProfilerConfig(num_params: c_int, keys: *const *const c_char, vals: *const *const c_char) -> c_int {
-    ffi_boundary!("MXSetProfilerConfig", { unsupported("MXSetProfilerConfig") })
+    ffi_boundary!({ unsupported("MXSetProfilerConfig") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetProfilerState").
 #[no_mangle]
 pub extern "C" fn MXSetProfilerState(state: c_int) -> c_int {
-    ffi_boundary!("MXSetProfilerState", { unsupported("MXSetProfilerState") })
+    ffi_boundary!({ unsupported("MXSetProfilerState") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCompose").
 #[no_mangle]
 pub extern "C" fn MXSymbolCompose(sym: *mut c_void, name: *const c_char, num_args: u32, keys: *mut *const c_char, args: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolCompose", { unsupported("MXSymbolCompose") })
+    ffi_boundary!({ unsupported("MXSymbolCompose") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCopy").
 #[no_mangle]
 pub extern "C" fn MXSymbolCopy(symbol: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolCopy", { unsupported("MXSymbolCopy") })
+    ffi_boundary!({ unsupported("MXSymbolCopy") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateAtomicSymbol").
 #[no_mangle]
 pub extern "C" fn MXSymbolCreateAtomicSymbol(creator: *mut c_void, num_param: u32, keys: *mut *const c_char, vals: *mut *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolCreateAtomicSymbol", { unsupported("MXSymbolCreateAtomicSymbol") })
+    ffi_boundary!({ unsupported("MXSymbolCreateAtomicSymbol") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateFromFile").
 #[no_mangle]
 pub extern "C" fn MXSymbolCreateFromFile(fname: *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolCreateFromFile", { unsupported("MXSymbolCreateFromFile") })
+    ffi_boundary!({ unsupported("MXSymbolCreateFromFile") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateFromJSON").
 #[no_mangle]
 pub extern "C" fn MXSymbolCreateFromJSON(json: *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolCreateFromJSON", { unsupported("MXSymbolCreateFromJSON") })
+    ffi_boundary!({ unsupported("MXSymbolCreateFromJSON") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateGroup").
 #[no_mangle]
 pub extern "C" fn MXSymbolCreateGroup(num_symbols: u32, symbols: *mut *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolCreateGroup", { unsupported("MXSymbolCreateGroup") })
+    ffi_boundary!({ unsupported("MXSymbolCreateGroup") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCreateVariable").
 #[no_mangle]
 pub extern "C" fn MXSymbolCreateVariable(name: *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolCreateVariable", { unsupported("MXSymbolCreateVariable") })
+    ffi_boundary!({ unsupported("MXSymbolCreateVariable") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolFree").
 #[no_mangle]
 pub extern "C" fn MXSymbolFree(symbol: *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolFree", { unsupported("MXSymbolFree") })
+    ffi_boundary!({ unsupported("MXSymbolFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAtomicSymbolName").
 #[no_mangle]
 pub extern "C" fn MXSymbolGetAtomicSymbolName(creator: *mut c_void, name: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolGetAtomicSymbolName", { unsupported("MXSymbolGetAtomicSymbolName") })
+    ffi_boundary!({ unsupported("MXSymbolGetAtomicSymbolName") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAttr").
 #[no_mangle]
 pub extern "C" fn MXSymbolGetAttr(symbol: *mut c_void, key: *const c_char, out: *mut *const c_char, success: *mut c_int) -> c_int {
-    ffi_boundary!("MXSymbolGetAttr", { unsupported("MXSymbolGetAttr") })
+    ffi_boundary!({ unsupported("MXSymbolGetAttr") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetChildren").
 #[no_mangle]
 pub extern "C" fn MXSymbolGetChildren(symbol: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolGetChildren", { unsupported("MXSymbolGetChildren") })
+    ffi_boundary!({ unsupported("MXSymbolGetChildren") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetInternals").
 #[no_mangle]
 pub extern "C" fn MXSymbolGetInternals(symbol: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolGetInternals", { unsupported("MXSymbolGetInternals") })
+    ffi_boundary!({ unsupported("MXSymbolGetInternals") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetName").
 #[no_mangle]
 pub extern "C" fn MXSymbolGetName(symbol: *mut c_void, out: *mut *const c_char, success: *mut c_int) -> c_int {
-    ffi_boundary!("MXSymbolGetName", { unsupported("MXSymbolGetName") })
+    ffi_boundary!({ unsupported("MXSymbolGetName") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetNumOutputs").
 #[no_mangle]
 pub extern "C" fn MXSymbolGetNumOutputs(symbol: *mut c_void, output_count: *mut u32) -> c_int {
-    ffi_boundary!("MXSymbolGetNumOutputs", { unsupported("MXSymbolGetNumOutputs") })
+    ffi_boundary!({ unsupported("MXSymbolGetNumOutputs") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetOutput").
 #[no_mangle]
 pub extern "C" fn MXSymbolGetOutput(symbol: *mut c_void, index: u32, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolGetOutput", { unsupported("MXSymbolGetOutput") })
+    ffi_boundary!({ unsupported("MXSymbolGetOutput") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGrad").
 #[no_mangle]
 pub extern "C" fn MXSymbolGrad(sym: *mut c_void, num_wrt: u32, wrt: *mut *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXSymbolGrad", { unsupported("MXSymbolGrad") })
+    ffi_boundary!({ unsupported("MXSymbolGrad") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapeEx").
 #[no_mangle]
 pub extern "C" fn MXSymbolInferShapeEx(sym: *mut c_void, num_args: u32, keys: *mut *const c_char, arg_ind_ptr: *const u32, arg_shape_data: *const c_int, in_shape_size: *mut u32, in_shape_ndim: *mut *const c_int, in_shape_data: *mut *mut *const c_int, out_shape_size: *mut u32, out_shape_ndim: *mut *const c_int, out_shape_data: *mut *mut *const c_int, aux_shape_size: *mut u32, aux_shape_ndim: *mut *const c_int, aux_shape_data: *mut *mut *const c_int, complete: *mut c_int) -> c_int {
-    ffi_boundary!("MXSymbolInferShapeEx", { unsupported("MXSymbolInferShapeEx") })
+    ffi_boundary!({ unsupported("MXSymbolInferShapeEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapeEx64").
 #[no_mangle]
 pub extern "C" fn MXSymbolInferShapeEx64(sym: *mut c_void, num_args: u32, keys: *mut *const c_char, arg_ind_ptr: *const i64, arg_shape_data: *const i64, in_shape_size: *mut usize, in_shape_ndim: *mut *const c_int, in_shape_data: *mut *mut *const i64, out_shape_size: *mut usize, out_shape_ndim: *mut *const c_int, out_shape_data: *mut *mut *const i64, aux_shape_size: *mut usize, aux_shape_ndim: *mut *const c_int, aux_shape_data: *mut *mut *const i64, complete: *mut c_int) -> c_int {
-    ffi_boundary!("MXSymbolInferShapeEx64", { unsupported("MXSymbolInferShapeEx64") })
+    ffi_boundary!({ unsupported("MXSymbolInferShapeEx64") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapePartialEx").
 #[no_mangle]
 pub extern "C" fn MXSymbolInferShapePartialEx(sym: *mut c_void, num_args: u32, keys: *mut *const c_char, arg_ind_ptr: *const u32, arg_shape_data: *const c_int, in_shape_size: *mut u32, in_shape_ndim: *mut *const c_int, in_shape_data: *mut *mut *const c_int, out_shape_size: *mut u32, out_shape_ndim: *mut *const c_int, out_shape_data: *mut *mut *const c_int, aux_shape_size: *mut u32, aux_shape_ndim: *mut *const c_int, aux_shape_data: *mut *mut *const c_int, complete: *mut c_int) -> c_int {
-    ffi_boundary!("MXSymbolInferShapePartialEx", { unsupported("MXSymbolInferShapePartialEx") })
+    ffi_boundary!({ unsupported("MXSymbolInferShapePartialEx") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapePartialEx64").
 #[no_mangle]
 pub extern "C" fn MXSymbolInferShapePartialEx64(sym: *mut c_void, num_args: u32, keys: *mut *const c_char, arg_ind_ptr: *const i64, arg_shape_data: *const i64, in_shape_size: *mut usize, in_shape_ndim: *mut *const c_int, in_shape_data: *mut *mut *const i64, out_shape_size: *mut usize, out_shape_ndim: *mut *const c_int, out_shape_data: *mut *mut *const i64, aux_shape_size: *mut usize, aux_shape_ndim: *mut *const c_int, aux_shape_data: *mut *mut *const i64, complete: *mut c_int) -> c_int {
-    ffi_boundary!("MXSymbolInferShapePartialEx64", { unsupported("MXSymbolInferShapePartialEx64") })
+    ffi_boundary!({ unsupported("MXSymbolInferShapePartialEx64") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferType").
 #[no_mangle]
 pub extern "C" fn MXSymbolInferType(sym: *mut c_void, num_args: u32, keys: *mut *const c_char, arg_type_data: *const c_int, in_type_size: *mut u32, in_type_data: *mut *const c_int, out_type_size: *mut u32, out_type_data: *mut *const c_int, aux_type_size: *mut u32, aux_type_data: *mut *const c_int, complete: *mut c_int) -> c_int {
-    ffi_boundary!("MXSymbolInferType", { unsupported("MXSymbolInferType") })
+    ffi_boundary!({ unsupported("MXSymbolInferType") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferTypePartial").
 #[no_mangle]
 pub extern "C" fn MXSymbolInferTypePartial(sym: *mut c_void, num_args: u32, keys: *mut *const c_char, arg_type_data: *const c_int, in_type_size: *mut u32, in_type_data: *mut *const c_int, out_type_size: *mut u32, out_type_data: *mut *const c_int, aux_type_size: *mut u32, aux_type_data: *mut *const c_int, complete: *mut c_int) -> c_int {
-    ffi_boundary!("MXSymbolInferTypePartial", { unsupported("MXSymbolInferTypePartial") })
+    ffi_boundary!({ unsupported("MXSymbolInferTypePartial") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListArguments").
 #[no_mangle]
 pub extern "C" fn MXSymbolListArguments(symbol: *mut c_void, out_size: *mut u32, out_str_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolListArguments", { unsupported("MXSymbolListArguments") })
+    ffi_boundary!({ unsupported("MXSymbolListArguments") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAttr").
 #[no_mangle]
 pub extern "C" fn MXSymbolListAttr(symbol: *mut c_void, out_size: *mut u32, out: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolListAttr", { unsupported("MXSymbolListAttr") })
+    ffi_boundary!({ unsupported("MXSymbolListAttr") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAttrShallow").
 #[no_mangle]
 pub extern "C" fn MXSymbolListAttrShallow(symbol: *mut c_void, out_size: *mut u32, out: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolListAttrShallow", { unsupported("MXSymbolListAttrShallow") })
+    ffi_boundary!({ unsupported("MXSymbolListAttrShallow") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAuxiliaryStates").
 #[no_mangle]
 pub extern "C" fn MXSymbolListAuxiliaryStates(symbol: *mut c_void, out_size: *mut u32, out_str_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolListAuxiliaryStates", { unsupported("MXSymbolListAuxiliaryStates") })
+    ffi_boundary!({ unsupported("MXSymbolListAuxiliaryStates") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListOutputs").
 #[no_mangle]
 pub extern "C" fn MXSymbolListOutputs(symbol: *mut c_void, out_size: *mut u32, out_str_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolListOutputs", { unsupported("MXSymbolListOutputs") })
+    ffi_boundary!({ unsupported("MXSymbolListOutputs") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolPrint").
 #[no_mangle]
 pub extern "C" fn MXSymbolPrint(symbol: *mut c_void, out_str: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolPrint", { unsupported("MXSymbolPrint") })
+    ffi_boundary!({ unsupported("MXSymbolPrint") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolSaveToFile").
 #[no_mangle]
 pub extern "C" fn MXSymbolSaveToFile(symbol: *mut c_void, fname: *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolSaveToFile", { unsupported("MXSymbolSaveToFile") })
+    ffi_boundary!({ unsupported("MXSymbolSaveToFile") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolSaveToJSON").
 #[no_mangle]
 pub extern "C" fn MXSymbolSaveToJSON(symbol: *mut c_void, out_json: *mut *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolSaveToJSON", { unsupported("MXSymbolSaveToJSON") })
+    ffi_boundary!({ unsupported("MXSymbolSaveToJSON") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolSetAttr").
 #[no_mangle]
 pub extern "C" fn MXSymbolSetAttr(symbol: *mut c_void, key: *const c_char, value: *const c_char) -> c_int {
-    ffi_boundary!("MXSymbolSetAttr", { unsupported("MXSymbolSetAttr") })
+    ffi_boundary!({ unsupported("MXSymbolSetAttr") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNAddControlDeps").
 #[no_mangle]
 pub extern "C" fn NNAddControlDeps(handle: *mut c_void, src_dep: *mut c_void) -> c_int {
-    ffi_boundary!("NNAddControlDeps", { unsupported("NNAddControlDeps") })
+    ffi_boundary!({ unsupported("NNAddControlDeps") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGetOpInfo").
 #[no_mangle]
 pub extern "C" fn NNGetOpInfo(op: *mut c_void, real_name: *mut *const c_char, description: *mut *const c_char, num_doc_args: *mut u32, arg_names: *mut *mut *const c_char, arg_type_infos: *mut *mut *const c_char, arg_descriptions: *mut *mut *const c_char, return_type: *mut *const c_char) -> c_int {
-    ffi_boundary!("NNGetOpInfo", { unsupported("NNGetOpInfo") })
+    ffi_boundary!({ unsupported("NNGetOpInfo") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphApplyPasses").
 #[no_mangle]
 pub extern "C" fn NNGraphApplyPasses(src: *mut c_void, num_pass: u32, pass_names: *mut *const c_char, dst: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNGraphApplyPasses", { unsupported("NNGraphApplyPasses") })
+    ffi_boundary!({ unsupported("NNGraphApplyPasses") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphCreate").
 #[no_mangle]
 pub extern "C" fn NNGraphCreate(symbol: *mut c_void, graph: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNGraphCreate", { unsupported("NNGraphCreate") })
+    ffi_boundary!({ unsupported("NNGraphCreate") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphFree").
 #[no_mangle]
 pub extern "C" fn NNGraphFree(handle: *mut c_void) -> c_int {
-    ffi_boundary!("NNGraphFree", { unsupported("NNGraphFree") })
+    ffi_boundary!({ unsupported("NNGraphFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphGetJSONAttr").
 #[no_mangle]
 pub extern "C" fn NNGraphGetJSONAttr(handle: *mut c_void, key: *const c_char, json_out: *mut *const c_char, success: *mut c_int) -> c_int {
-    ffi_boundary!("NNGraphGetJSONAttr", { unsupported("NNGraphGetJSONAttr") })
+    ffi_boundary!({ unsupported("NNGraphGetJSONAttr") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphGetSymbol").
 #[no_mangle]
 pub extern "C" fn NNGraphGetSymbol(graph: *mut c_void, symbol: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNGraphGetSymbol", { unsupported("NNGraphGetSymbol") })
+    ffi_boundary!({ unsupported("NNGraphGetSymbol") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphSetJSONAttr").
 #[no_mangle]
 pub extern "C" fn NNGraphSetJSONAttr(handle: *mut c_void, key: *const c_char, json_value: *const c_char) -> c_int {
-    ffi_boundary!("NNGraphSetJSONAttr", { unsupported("NNGraphSetJSONAttr") })
+    ffi_boundary!({ unsupported("NNGraphSetJSONAttr") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGraphSetNodeEntryListAttr_").
 #[no_mangle]
 pub extern "C" fn NNGraphSetNodeEntryListAttr_(handle: *mut c_void, key: *const c_char, list: *mut c_void) -> c_int {
-    ffi_boundary!("NNGraphSetNodeEntryListAttr_", { unsupported("NNGraphSetNodeEntryListAttr_") })
+    ffi_boundary!({ unsupported("NNGraphSetNodeEntryListAttr_") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNListUniqueOps").
 #[no_mangle]
 pub extern "C" fn NNListUniqueOps(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNListUniqueOps", { unsupported("NNListUniqueOps") })
+    ffi_boundary!({ unsupported("NNListUniqueOps") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCompose").
 #[no_mangle]
 pub extern "C" fn NNSymbolCompose(sym: *mut c_void, name: *const c_char, num_args: u32, keys: *mut *const c_char, args: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolCompose", { unsupported("NNSymbolCompose") })
+    ffi_boundary!({ unsupported("NNSymbolCompose") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCopy").
 #[no_mangle]
 pub extern "C" fn NNSymbolCopy(symbol: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolCopy", { unsupported("NNSymbolCopy") })
+    ffi_boundary!({ unsupported("NNSymbolCopy") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCreateAtomicSymbol").
 #[no_mangle]
 pub extern "C" fn NNSymbolCreateAtomicSymbol(op: *mut c_void, num_param: u32, keys: *mut *const c_char, vals: *mut *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolCreateAtomicSymbol", { unsupported("NNSymbolCreateAtomicSymbol") })
+    ffi_boundary!({ unsupported("NNSymbolCreateAtomicSymbol") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCreateGroup").
 #[no_mangle]
 pub extern "C" fn NNSymbolCreateGroup(num_symbols: u32, symbols: *mut *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolCreateGroup", { unsupported("NNSymbolCreateGroup") })
+    ffi_boundary!({ unsupported("NNSymbolCreateGroup") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolCreateVariable").
 #[no_mangle]
 pub extern "C" fn NNSymbolCreateVariable(name: *const c_char, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolCreateVariable", { unsupported("NNSymbolCreateVariable") })
+    ffi_boundary!({ unsupported("NNSymbolCreateVariable") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolFree").
 #[no_mangle]
 pub extern "C" fn NNSymbolFree(symbol: *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolFree", { unsupported("NNSymbolFree") })
+    ffi_boundary!({ unsupported("NNSymbolFree") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetAttr").
 #[no_mangle]
 pub extern "C" fn NNSymbolGetAttr(symbol: *mut c_void, key: *const c_char, out: *mut *const c_char, success: *mut c_int) -> c_int {
-    ffi_boundary!("NNSymbolGetAttr", { unsupported("NNSymbolGetAttr") })
+    ffi_boundary!({ unsupported("NNSymbolGetAttr") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetInternals").
 #[no_mangle]
 pub extern "C" fn NNSymbolGetInternals(symbol: *mut c_void, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolGetInternals", { unsupported("NNSymbolGetInternals") })
+    ffi_boundary!({ unsupported("NNSymbolGetInternals") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetOutput").
 #[no_mangle]
 pub extern "C" fn NNSymbolGetOutput(symbol: *mut c_void, index: u32, out: *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolGetOutput", { unsupported("NNSymbolGetOutput") })
+    ffi_boundary!({ unsupported("NNSymbolGetOutput") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolListAttrs").
 #[no_mangle]
 pub extern "C" fn NNSymbolListAttrs(symbol: *mut c_void, recursive_option: c_int, out_size: *mut u32, out: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("NNSymbolListAttrs", { unsupported("NNSymbolListAttrs") })
+    ffi_boundary!({ unsupported("NNSymbolListAttrs") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolListInputNames").
 #[no_mangle]
 pub extern "C" fn NNSymbolListInputNames(symbol: *mut c_void, option: c_int, out_size: *mut u32, out_str_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("NNSymbolListInputNames", { unsupported("NNSymbolListInputNames") })
+    ffi_boundary!({ unsupported("NNSymbolListInputNames") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolListInputVariables").
 #[no_mangle]
 pub extern "C" fn NNSymbolListInputVariables(symbol: *mut c_void, option: c_int, out_size: *mut u32, out_sym_array: *mut *mut *mut c_void) -> c_int {
-    ffi_boundary!("NNSymbolListInputVariables", { unsupported("NNSymbolListInputVariables") })
+    ffi_boundary!({ unsupported("NNSymbolListInputVariables") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolListOutputNames").
 #[no_mangle]
 pub extern "C" fn NNSymbolListOutputNames(symbol: *mut c_void, out_size: *mut u32, out_str_array: *mut *mut *const c_char) -> c_int {
-    ffi_boundary!("NNSymbolListOutputNames", { unsupported("NNSymbolListOutputNames") })
+    ffi_boundary!({ unsupported("NNSymbolListOutputNames") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolPrint").
 #[no_mangle]
 pub extern "C" fn NNSymbolPrint(symbol: *mut c_void, out_str: *mut *const c_char) -> c_int {
-    ffi_boundary!("NNSymbolPrint", { unsupported("NNSymbolPrint") })
+    ffi_boundary!({ unsupported("NNSymbolPrint") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolSetAttrs").
 #[no_mangle]
 pub extern "C" fn NNSymbolSetAttrs(symbol: *mut c_void, num_param: u32, keys: *mut *const c_char, values: *mut *const c_char) -> c_int {
-    ffi_boundary!("NNSymbolSetAttrs", { unsupported("NNSymbolSetAttrs") })
+    ffi_boundary!({ unsupported("NNSymbolSetAttrs") })
 }

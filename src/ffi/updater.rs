@@ -42,7 +42,7 @@ pub(crate) fn str_updater(f: MXKVStoreStrUpdater, user: *mut c_void) -> Option<S
 }
 
 /// A server controller calling `f(cmd_id, cmd_body, controller_handle)`, or `None` for NULL.
-pub(crate) fn controller(f: MXKVStoreServerController, user: *mut c_void) -> Option<crate::dist::Controller> {
+pub(crate) fn controller(f: MXKVStoreServerController, user: *mut c_void) -> Option<crate::store::dist::Controller> {
     let f = f?;
     let user = UserData(user as usize);
     Some(Arc::new(move |id, body| {

@@ -61,10 +61,6 @@ impl Context {
         Ok(ctx)
     }
 
-    /// Whether the memory is host memory.
-    pub fn is_host(self) -> bool {
-        self.dev_type != DeviceType::Gpu
-    }
 }
 
 impl fmt::Display for Context {

@@ -1,10 +1,9 @@
 //! NDArrays: views (shape, dtype, context, storage type, offset) over shared, engine-ordered
 //! chunks of host memory. A view is cheap to clone; clones share memory, as MXNet's do.
 
-pub mod buffer;
+
 mod context;
 mod copy;
-mod dtype;
 mod row_ids;
 mod row_sparse;
 mod shape;
@@ -12,14 +11,14 @@ mod sparse;
 mod storage;
 
 pub use context::{Context, DeviceType};
-pub use dtype::{DType, ALL_DTYPES};
+pub use crate::base::{DType, ALL_DTYPES};
 pub use row_sparse::Rows;
 pub(crate) use row_ids::ids_of as row_ids_of;
 pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
 
 use crate::engine::{engine, Var};
 use crate::error::Result;
-use buffer::Buffer;
+use crate::base::buffer::Buffer;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -144,12 +143,6 @@ impl NDArray {
         Arc::ptr_eq(&self.chunk, &other.chunk)
     }
 
-    /// The same memory seen with another context label (MXNet's stores report `cpu_pinned(0)`).
-    pub fn with_context(mut self, ctx: Context) -> NDArray {
-        self.ctx = ctx;
-        self
-    }
-
     fn byte_range(&self) -> Range<usize> {
         let esz = self.dtype.size();
         self.offset * esz..(self.offset + self.size()) * esz
@@ -213,14 +206,16 @@ impl NDArray {
         payload.data.as_mut_ptr().wrapping_add(offset)
     }
 
-    /// Blocks until pending writes to this array have finished.
-    pub fn wait_to_read(&self) {
-        engine().wait_to_read(self.var());
+    /// Blocks until pending writes to this array have finished; reports (and clears) the
+    /// failure of an asynchronous op that wrote it.
+    pub fn wait_to_read(&self) -> Result<()> {
+        engine().wait_to_read(self.var())
     }
 
-    /// Blocks until pending reads and writes of this array have finished.
-    pub fn wait_to_write(&self) {
-        engine().wait_to_write(self.var());
+    /// Blocks until pending reads and writes of this array have finished; reports (and
+    /// clears) the failure of an asynchronous op that wrote it.
+    pub fn wait_to_write(&self) -> Result<()> {
+        engine().wait_to_write(self.var())
     }
 
     /// Copies host bytes (the array's dtype, `data_byte_len` long) in, after pending ops.
@@ -236,7 +231,7 @@ impl NDArray {
                 dst.copy_from_slice(bytes);
                 Ok(())
             })
-        })
+        })?
     }
 
     /// Copies the values out to host bytes, after pending writes.
@@ -252,7 +247,7 @@ impl NDArray {
                 out.copy_from_slice(src);
                 Ok(())
             })
-        })
+        })?
     }
 
     /// A view of rows `begin..end` of the first dimension (MXNet's `Slice`).

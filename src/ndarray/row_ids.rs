@@ -32,7 +32,7 @@ pub(crate) fn check_row_ids(ids: &[i64], rows: usize) -> Result<()> {
 /// `values` (dense, of any integer or float dtype) as int64 ids, C-cast.
 pub(crate) fn ids_of(dtype: DType, bytes: &[u8], n: usize) -> Vec<i64> {
     let mut ids = vec![0i64; n];
-    crate::reduce::copy_cast(dtype, bytes, DType::Int64, bytemuck::cast_slice_mut(&mut ids));
+    crate::base::cast(dtype, bytes, DType::Int64, bytemuck::cast_slice_mut(&mut ids));
     ids
 }
 
@@ -44,7 +44,7 @@ impl NDArray {
         if self.stype() != StorageType::RowSparse {
             return Ok(());
         }
-        engine().run_sync(&[self.var()], &[], || self.check_row_sparse_now())
+        engine().run_sync(&[self.var()], &[], || self.check_row_sparse_now())?
     }
 
     /// [`NDArray::check_row_sparse`] without waiting: the caller has ordered the read.

@@ -1,10 +1,10 @@
 //! Reading and replacing the rows of a row_sparse array, for the store's kernels. Callers
 //! order these with the engine first (they run inside ops or `run_sync`).
 
-use super::buffer::{typed, Buffer};
+use crate::base::buffer::{typed, Buffer};
 use super::{AuxData, DType, NDArray, StorageType};
 use crate::error::Result;
-use crate::reduce::copy_cast;
+use crate::base::cast;
 
 /// A row_sparse value read out: its row ids and the bytes of those rows.
 pub struct Rows {
@@ -56,7 +56,7 @@ impl NDArray {
         let mut payload = self.chunk.payload.write();
         let aux_dtype = payload.aux.first().map_or(DType::Int64, |a| a.dtype);
         let mut aux = Buffer::zeroed(ids.len() * aux_dtype.size())?;
-        copy_cast(DType::Int64, bytemuck::cast_slice(ids), aux_dtype, aux.bytes_mut());
+        cast(DType::Int64, bytemuck::cast_slice(ids), aux_dtype, aux.bytes_mut());
         let mut storage_shape = self.shape().to_vec();
         if let Some(first) = storage_shape.first_mut() {
             *first = ids.len();

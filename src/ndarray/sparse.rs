@@ -1,11 +1,11 @@
 //! Sparse arrays (row_sparse, csr): creation and the parts MXNet's C API reads and fills.
 //! The store's sparse operations build on these.
 
-use super::buffer::Buffer;
+use crate::base::buffer::Buffer;
 use super::{checked_size, shape_string, AuxData, Context, DType, NDArray, Payload, StorageType};
 use crate::engine::engine;
 use crate::error::Result;
-use crate::reduce::copy_cast;
+use crate::base::cast;
 
 /// Shape of the stored values of a sparse array, given its shape and aux shapes.
 fn storage_shape_of(stype: StorageType, shape: &[usize], aux: &[(DType, Vec<usize>)]) -> Vec<usize> {
@@ -88,7 +88,7 @@ impl NDArray {
             let out = NDArray::zeros(&aux.shape, self.ctx(), aux.dtype)?;
             out.write_bytes(|d| d.copy_from_slice(aux.data.bytes()));
             Ok(out)
-        })
+        })?
     }
 
     /// A dense copy of the stored values, after pending writes.
@@ -97,7 +97,7 @@ impl NDArray {
             let out = NDArray::zeros(&self.storage_shape(), self.ctx(), self.dtype())?;
             self.read_bytes(|s| out.write_bytes(|d| d.copy_from_slice(s)));
             Ok(out)
-        })
+        })?
     }
 
     /// Sets the stored values of a sparse array from a dense one, taking its rows as the new
@@ -115,12 +115,12 @@ impl NDArray {
         }
         engine().run_sync(&[src.var()], &[self.var()], || {
             let mut data = Buffer::zeroed(src.size() * self.dtype().size())?;
-            src.read_bytes(|s| copy_cast(src.dtype(), s, self.dtype(), data.bytes_mut()));
+            src.read_bytes(|s| cast(src.dtype(), s, self.dtype(), data.bytes_mut()));
             let mut payload = self.chunk.payload.write();
             payload.data = data;
             payload.storage_shape = src.shape().to_vec();
             Ok(())
-        })
+        })?
     }
 
     /// Sets aux array `i` from a dense 1-D array (MXNet's `SyncCopyFromNDArray` with `i >= 0`).
@@ -133,7 +133,7 @@ impl NDArray {
             let mut payload = self.chunk.payload.write();
             let dtype = payload.aux[i].dtype;
             let mut data = Buffer::zeroed(src.size() * dtype.size())?;
-            src.read_bytes(|s| copy_cast(src.dtype(), s, dtype, data.bytes_mut()));
+            src.read_bytes(|s| cast(src.dtype(), s, dtype, data.bytes_mut()));
             if self.stype() == StorageType::RowSparse {
                 // Row ids enter here: refused unless sorted, unique and in range.
                 let ids = super::row_ids::ids_of(dtype, data.bytes(), src.size());
@@ -141,7 +141,7 @@ impl NDArray {
             }
             payload.aux[i] = AuxData { dtype, shape: src.shape().to_vec(), data };
             Ok(())
-        })
+        })?
     }
 }
 

@@ -1,10 +1,10 @@
 //! Storage types, with MXNet's frozen codes, and the chunk that holds an array's memory.
 
-use super::buffer::Buffer;
+use crate::base::buffer::Buffer;
 use super::DType;
 use crate::engine::Var;
 use crate::error::Result;
-use crossbeam::utils::CachePadded;
+use crate::base::CachePadded;
 use parking_lot::RwLock;
 
 /// A storage type. The discriminants are MXNet's `NDArrayStorageType` codes (ABI).

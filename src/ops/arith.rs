@@ -3,9 +3,9 @@
 
 use super::values::Dense;
 use crate::error::Result;
-use crate::ndarray::buffer::{typed, typed_mut};
+use crate::base::buffer::{typed, typed_mut};
 use crate::ndarray::shape_string;
-use crate::reduce::element::Element;
+use crate::base::element::Element;
 
 /// A binary arithmetic operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

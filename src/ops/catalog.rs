@@ -2,7 +2,7 @@
 //! strings) as the reference libmxnet.so 1.9.1 reports them; descriptions are libkvstore's own.
 //! What each registered operator reports to the frontends' code generators.
 
-use super::registry::{ArgInfo, OpInfo};
+use super::info::{ArgInfo, OpInfo};
 
 pub(super) static CATALOG: &[OpInfo] = &[
     OpInfo {

@@ -5,7 +5,7 @@ use super::params::Params;
 use super::values::{Dense, Output};
 use crate::error::Result;
 use crate::ndarray::{DType, StorageType};
-use crate::reduce::copy_cast;
+use crate::base::cast;
 
 /// The computation behind an op.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -123,7 +123,7 @@ impl Kernel {
 fn filled(shape: &[usize], dtype: DType, value: f64) -> Result<Dense> {
     let mut out = Dense::zeros(shape, dtype)?;
     crate::with_element_type!(dtype, T => {
-        crate::ndarray::buffer::typed_mut::<T>(out.data.bytes_mut()).fill(<T as crate::reduce::element::Element>::from_f64(value));
+        crate::base::buffer::typed_mut::<T>(out.data.bytes_mut()).fill(<T as crate::base::element::Element>::from_f64(value));
     });
     Ok(out)
 }
@@ -131,6 +131,6 @@ fn filled(shape: &[usize], dtype: DType, value: f64) -> Result<Dense> {
 /// A copy of `value` in `dtype` (C casts).
 fn copy_of(value: &Dense, dtype: DType) -> Result<Dense> {
     let mut out = Dense::zeros(&value.shape, dtype)?;
-    copy_cast(value.dtype, value.data.bytes(), dtype, out.data.bytes_mut());
+    cast(value.dtype, value.data.bytes(), dtype, out.data.bytes_mut());
     Ok(out)
 }

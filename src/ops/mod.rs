@@ -6,13 +6,15 @@
 
 mod arith;
 mod catalog;
+mod info;
 mod kernel;
 mod params;
 pub mod registry;
 mod sum;
 mod values;
 
-pub use registry::{all_names, all_ops, lookup, ArgInfo, OpInfo, OpRef};
+pub use info::{ArgInfo, OpInfo};
+pub use registry::{all_names, all_ops, lookup, OpRef};
 
 use crate::engine::{engine, Var};
 use crate::error::Result;
@@ -27,11 +29,11 @@ use values::Dense;
 pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given: Option<&[Option<NDArray>]>) -> Result<Vec<NDArray>> {
     let name = op.info().name;
     let kernel = op.kernel().ok_or_else(|| crate::Error::new(format!("not supported by libkvstore: {name}")))?;
-    let params = Params::new(op, keys, vals)?;
+    let params = Params::new(op.info(), keys, vals)?;
     let target = given.and_then(|g| g.iter().flatten().next()).map(|a| (a.shape().to_vec(), a.dtype()));
 
     let reads: Vec<&Var> = inputs.iter().map(NDArray::var).collect();
-    let values = engine().run_sync(&reads, &[], || inputs.iter().map(Dense::read_now).collect::<Result<Vec<_>>>())?;
+    let values = engine().run_sync(&reads, &[], || inputs.iter().map(Dense::read_now).collect::<Result<Vec<_>>>())??;
     let results = kernel.compute(name, &values, &params, target.as_ref().map(|(s, d)| (s.as_slice(), *d)))?;
 
     let ctx = match params.ctx("ctx")? {
@@ -58,7 +60,7 @@ pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given
             writes.push(o.var());
         }
     }
-    engine().run_sync(&[], &writes, || results.iter().zip(&outputs).try_for_each(|(r, o)| r.write_now(o)))?;
+    engine().run_sync(&[], &writes, || results.iter().zip(&outputs).try_for_each(|(r, o)| r.write_now(o)))??;
     Ok(outputs)
 }
 

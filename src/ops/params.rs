@@ -1,7 +1,7 @@
 //! Op parameters as the frontends send them: strings such as `shape="(4, 4)"`,
 //! `ctx="cpu(0)"`, `dtype="float32"`, `scalar="4.0"`, `keepdims="True"`, `axis="(0,)"`.
 
-use super::registry::{OpInfo, OpRef};
+use super::info::OpInfo;
 use crate::error::Result;
 use crate::ndarray::{Context, DType, StorageType, ALL_DTYPES};
 use std::collections::HashMap;
@@ -15,8 +15,7 @@ pub struct Params {
 
 impl Params {
     /// Pairs `keys[i] = vals[i]`; a key the op does not declare is refused, as MXNet does.
-    pub fn new(op: OpRef, keys: &[&str], vals: &[&str]) -> Result<Params> {
-        let info = op.info();
+    pub fn new(info: &OpInfo, keys: &[&str], vals: &[&str]) -> Result<Params> {
         let mut values = HashMap::new();
         for (k, v) in keys.iter().zip(vals) {
             let declared = info.args.iter().any(|a| a.name == *k && !OpInfo::is_input(a)) || *k == info.key_var_num_args;
@@ -180,20 +179,20 @@ mod tests {
     #[test]
     fn frontend_strings_parse_like_mxnet() {
         let zeros = lookup("_zeros").unwrap();
-        let p = Params::new(zeros, &["shape", "ctx", "dtype"], &["(4, 4)", "cpu(3)", "int64"]).unwrap();
+        let p = Params::new(zeros.info(), &["shape", "ctx", "dtype"], &["(4, 4)", "cpu(3)", "int64"]).unwrap();
         assert_eq!(p.shape("shape").unwrap(), Some(vec![4, 4]));
         assert_eq!(p.ctx("ctx").unwrap(), Some(Context::cpu(3)));
         assert_eq!(p.dtype("dtype").unwrap(), Some(DType::Int64));
-        assert!(Params::new(zeros, &["bogus"], &["1"]).unwrap_err().message().contains("no parameter 'bogus'"));
-        let p = Params::new(zeros, &["shape", "ctx"], &["(2,)", "tpu(0)"]).unwrap();
+        assert!(Params::new(zeros.info(), &["bogus"], &["1"]).unwrap_err().message().contains("no parameter 'bogus'"));
+        let p = Params::new(zeros.info(), &["shape", "ctx"], &["(2,)", "tpu(0)"]).unwrap();
         assert_eq!(p.shape("shape").unwrap(), Some(vec![2]));
         assert!(p.ctx("ctx").is_err());
-        let s = Params::new(lookup("_mul_scalar").unwrap(), &["scalar", "is_int"], &["4.0", "False"]).unwrap();
+        let s = Params::new(lookup("_mul_scalar").unwrap().info(), &["scalar", "is_int"], &["4.0", "False"]).unwrap();
         assert_eq!(s.f64("scalar").unwrap(), Some(4.0));
         assert_eq!(s.bool("is_int").unwrap(), Some(false));
-        let sum = Params::new(lookup("sum").unwrap(), &["axis", "keepdims"], &["(0, -1)", "True"]).unwrap();
+        let sum = Params::new(lookup("sum").unwrap().info(), &["axis", "keepdims"], &["(0, -1)", "True"]).unwrap();
         assert_eq!(sum.axes("axis").unwrap(), Some(vec![0, -1]));
-        let bad = Params::new(lookup("sum").unwrap(), &["axis"], &["(a)"]).unwrap();
+        let bad = Params::new(lookup("sum").unwrap().info(), &["axis"], &["(a)"]).unwrap();
         assert!(bad.axes("axis").unwrap_err().message().contains("axis='(a)'"));
     }
 

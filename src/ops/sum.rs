@@ -3,9 +3,9 @@
 use super::params::Params;
 use super::values::Dense;
 use crate::error::Result;
-use crate::ndarray::buffer::{typed, typed_mut};
+use crate::base::buffer::{typed, typed_mut};
 use crate::ndarray::shape_string;
-use crate::reduce::element::Element;
+use crate::base::element::Element;
 
 /// The axes to reduce, normalised (negative counts from the end), sorted and unique.
 fn reduced_axes(ndim: usize, axis: Option<Vec<i64>>, exclude: bool, shape: &[usize]) -> Result<Vec<bool>> {
@@ -89,7 +89,7 @@ mod tests {
     fn run(keys: &[&str], vals: &[&str]) -> Dense {
         let mut d = Dense::zeros(&[2, 3], DType::Int64).unwrap();
         d.data.bytes_mut().copy_from_slice(bytemuck::cast_slice(&[1i64, 2, 3, 4, 5, 6]));
-        sum(&d, &Params::new(lookup("sum").unwrap(), keys, vals).unwrap()).unwrap()
+        sum(&d, &Params::new(lookup("sum").unwrap().info(), keys, vals).unwrap()).unwrap()
     }
 
     #[test]

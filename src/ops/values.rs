@@ -2,7 +2,7 @@
 //! written into output arrays of any storage type.
 
 use crate::error::Result;
-use crate::ndarray::buffer::Buffer;
+use crate::base::buffer::Buffer;
 use crate::ndarray::{shape_string, Context, DType, NDArray, StorageType};
 use crate::reduce::sparse::densify;
 
@@ -87,7 +87,6 @@ impl Output {
     pub fn write_now(&self, dst: &NDArray) -> Result<()> {
         let tmp = NDArray::zeros(&self.value.shape, dst.ctx(), self.value.dtype)?;
         tmp.write_bytes(|b| b.copy_from_slice(self.value.data.bytes()));
-        tmp.copy_any_now(dst);
-        Ok(())
+        crate::backend::host::copy_any_now(&tmp, dst, crate::engine::engine().thread_budget())
     }
 }

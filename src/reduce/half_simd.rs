@@ -142,7 +142,7 @@ pub(crate) fn sum_bf16(order: SumOrder, dst: &mut [bf16], srcs: &[&[bf16]]) -> u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reduce::element::Element;
+    use crate::base::element::Element;
 
     /// The scalar kernel's result: `half`'s conversions, one add at a time, in `order`.
     fn scalar<T: Element>(order: SumOrder, srcs: &[Vec<T>], i: usize) -> T {

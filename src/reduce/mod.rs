@@ -1,9 +1,8 @@
-//! Reduction kernels: the element-wise sum of a key's pushed values, and copies with casts.
-//! Every kernel reads and writes plain slices; the store decides what, the engine decides when.
+//! Host kernels: the element-wise sum of a key's pushed values, copies with casts, row-sparse
+//! kernels. Every kernel reads and writes plain slices and is told how many threads it may
+//! use; the host backend (`backend::host`) picks them, the engine decides when they run.
 
-pub mod element;
 mod parallel;
-pub(crate) mod prefetch;
 #[cfg(target_arch = "x86_64")]
 mod half_simd;
 mod simd;
@@ -14,34 +13,31 @@ mod sum;
 pub use parallel::ReduceConfig;
 pub use sum::{sum_into, SumOrder};
 
-use crate::ndarray::buffer::{typed, typed_mut};
-use crate::ndarray::DType;
-use element::{convert, Element};
+use crate::base::{cast, DType};
 
-/// Copies `src` (of `src_dtype`) into `dst` (of `dst_dtype`), casting element-wise.
-pub fn copy_cast(src_dtype: DType, src: &[u8], dst_dtype: DType, dst: &mut [u8]) {
+/// Copies `src` (of `src_dtype`) into `dst` (of `dst_dtype`), casting element-wise; a big
+/// copy of one dtype is split over up to `threads` threads.
+pub fn copy_cast(src_dtype: DType, src: &[u8], dst_dtype: DType, dst: &mut [u8], threads: usize) {
     if src_dtype == dst_dtype {
-        parallel::copy(src, dst, src_dtype.size());
+        parallel::copy(src, dst, src_dtype.size(), threads);
         return;
     }
-    crate::with_element_type!(src_dtype, S => {
-        crate::with_element_type!(dst_dtype, T => cast_slice::<S, T>(typed::<S>(src), typed_mut::<T>(dst)))
-    })
+    cast(src_dtype, src, dst_dtype, dst)
 }
 
 /// Copies `src` into every output, casting where dtypes differ. Works block by block so each
 /// block of `src` is read from memory once and stays in cache while all outputs are written;
-/// big copies are split over threads.
-pub fn copy_cast_many(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
-    copy_cast_many_unfenced(src_dtype, src, outs);
+/// big copies are split over up to `threads` threads.
+pub fn copy_cast_many(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])], threads: usize) {
+    copy_cast_many_unfenced(src_dtype, src, outs, threads);
     stream::store_fence();
 }
 
 /// [`copy_cast_many`] for one copy of a batch: the caller must call [`fence_copies`] before
 /// it releases the outputs, and may do so once for the whole batch.
-pub fn copy_cast_many_unfenced(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
+pub fn copy_cast_many_unfenced(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])], threads: usize) {
     let n = src.len() / src_dtype.size();
-    let threads = parallel::threads_now(n);
+    let threads = ReduceConfig::get().threads_for(n).min(threads.max(1));
     if threads <= 1 {
         copy_blocks(src_dtype, src, outs);
         return;
@@ -83,7 +79,7 @@ fn copy_blocks(src_dtype: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
             } else if *dtype == src_dtype {
                 d.copy_from_slice(s);
             } else {
-                copy_cast(src_dtype, s, *dtype, d);
+                cast(src_dtype, s, *dtype, d);
             }
         }
         start = end;
@@ -95,26 +91,22 @@ pub fn fence_copies() {
     stream::store_fence();
 }
 
-fn cast_slice<S: Element, T: Element>(src: &[S], dst: &mut [T]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d = convert::<S, T>(*s);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ndarray::buffer::Buffer;
+    use crate::base::buffer::{typed, typed_mut, Buffer};
 
     #[test]
-    fn copy_cast_converts_like_static_cast() {
-        let mut src = Buffer::zeroed(12).unwrap();
-        typed_mut::<f32>(src.bytes_mut()).copy_from_slice(&[1.5, -2.25, 300.0]);
-        let mut dst = Buffer::zeroed(24).unwrap();
-        copy_cast(DType::Float32, src.bytes(), DType::Float64, dst.bytes_mut());
-        assert_eq!(typed::<f64>(dst.bytes()), &[1.5, -2.25, 300.0]);
-        let mut ints = Buffer::zeroed(12).unwrap();
-        copy_cast(DType::Float32, src.bytes(), DType::Int32, ints.bytes_mut());
-        assert_eq!(typed::<i32>(ints.bytes()), &[1, -2, 300]);
+    fn copies_to_many_outputs_cast_each_and_split_over_threads() {
+        let n = 3 << 20;
+        let mut src = Buffer::zeroed(n * 4).unwrap();
+        for (i, v) in typed_mut::<f32>(src.bytes_mut()).iter_mut().enumerate() {
+            *v = (i % 1000) as f32 - 0.5;
+        }
+        let (mut a, mut b) = (Buffer::zeroed(n * 4).unwrap(), Buffer::zeroed(n * 8).unwrap());
+        let mut outs = [(DType::Float32, a.bytes_mut()), (DType::Int64, b.bytes_mut())];
+        copy_cast_many(DType::Float32, src.bytes(), &mut outs, 4);
+        assert_eq!(a.bytes(), src.bytes());
+        assert!(typed::<i64>(b.bytes()).iter().enumerate().all(|(i, v)| *v == ((i % 1000) as f32 - 0.5) as i64));
     }
 }

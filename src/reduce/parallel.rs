@@ -40,22 +40,13 @@ impl ReduceConfig {
     }
 }
 
-/// Threads for `len` elements now: up to the configured ones, but only as many as the engine
-/// has idle. The calling op counts itself among the running ones, so a lone big op gets the
-/// idle workers' cores, and ops that run side by side do not oversubscribe the machine.
-pub(crate) fn threads_now(len: usize) -> usize {
-    let configured = ReduceConfig::get().threads_for(len);
-    if configured <= 1 {
-        return 1;
-    }
-    configured.min(1 + crate::engine::engine().spare_threads())
-}
-
-/// Runs `f(offset, part)` on contiguous parts of `dst`, in parallel when `dst` is big. Part
+/// Runs `f(offset, part)` on contiguous parts of `dst`, in parallel when `dst` is big: over
+/// the configured threads, but at most `budget` (what the engine gives the op: its own thread
+/// and the idle workers', so ops running side by side do not oversubscribe the machine). Part
 /// boundaries are multiples of 4096 elements so each part stays cache-line aligned.
-pub(crate) fn for_parts<T: Send>(dst: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
+pub(crate) fn for_parts<T: Send>(dst: &mut [T], budget: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let n = dst.len();
-    let threads = threads_now(n);
+    let threads = ReduceConfig::get().threads_for(n).min(budget.max(1));
     if threads <= 1 || n < 2 * 4096 {
         f(0, dst);
         return;
@@ -74,8 +65,8 @@ pub(crate) fn for_parts<T: Send>(dst: &mut [T], f: impl Fn(usize, &mut [T]) + Sy
     });
 }
 
-/// Copies `src` into `dst` (same length), over threads when big.
-pub(crate) fn copy(src: &[u8], dst: &mut [u8], elem_size: usize) {
+/// Copies `src` into `dst` (same length), over up to `budget` threads when big.
+pub(crate) fn copy(src: &[u8], dst: &mut [u8], elem_size: usize, budget: usize) {
     let n = dst.len().min(src.len());
     let elem_size = elem_size.max(1);
     // Split on whole elements so the thresholds are counted in elements, like MXNet's.
@@ -84,5 +75,5 @@ pub(crate) fn copy(src: &[u8], dst: &mut [u8], elem_size: usize) {
         dst.copy_from_slice(&src[..n]);
         return;
     }
-    for_parts(dst, |offset, part| part.copy_from_slice(&src[offset..offset + part.len()]));
+    for_parts(dst, budget, |offset, part| part.copy_from_slice(&src[offset..offset + part.len()]));
 }

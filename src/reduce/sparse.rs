@@ -2,9 +2,9 @@
 //! retaining a set of rows. A row_sparse value is its sorted row ids and the bytes of those
 //! rows, `row_bytes` each.
 
-use super::element::Element;
-use crate::ndarray::buffer::{typed, typed_mut, Buffer};
-use crate::ndarray::DType;
+use crate::base::element::Element;
+use crate::base::buffer::{typed, typed_mut, Buffer};
+use crate::base::DType;
 use crate::error::Result;
 
 /// Sorted unique ids of all inputs.

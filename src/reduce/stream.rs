@@ -1,7 +1,6 @@
 //! Copies with non-temporal stores. A pull writes every output once and the store does not
 //! read it again, so bypassing the cache saves the read-for-ownership of each destination
-//! line. Measured with benches/kvbench (A/B in one run): about 20% off `big` and `resnet50`
-//! for pull copies, and about 10% more for the sums of big keys (`sum.rs`).
+//! line; the big sums of `sum.rs` are streamed out for the same reason.
 
 /// Outputs at least this big are written with streaming stores; smaller ones are likely to
 /// be read again from cache soon, and gain nothing.
@@ -54,11 +53,17 @@ pub(crate) fn stream_copy_unfenced(dst: &mut [u8], src: &[u8]) {
     dst.copy_from_slice(src);
 }
 
-/// Streams whole 16-byte steps to a 16-byte aligned `dst`, 64 bytes per iteration where it can.
+/// Streams whole 16-byte steps to a 16-byte aligned `dst`. Any other `dst` (misaligned, or
+/// not whole steps of `src`'s length) is copied plainly: the streaming store faults on a
+/// misaligned address, so the condition is checked, not assumed.
 #[cfg(target_arch = "x86_64")]
 fn stream_16(dst: &mut [u8], src: &[u8]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-    debug_assert!(dst.len() == src.len() && dst.len() % 16 == 0 && dst.as_ptr() as usize % 16 == 0);
+    if dst.len() != src.len() || dst.len() % 16 != 0 || dst.as_ptr() as usize % 16 != 0 {
+        let n = dst.len().min(src.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
     for (d, s) in dst.chunks_exact_mut(16).zip(src.chunks_exact(16)) {
         // SAFETY: SSE2 is part of x86_64. Each chunk holds 16 bytes; `d` is 16-byte aligned
         // (the caller aligned the start and chunks are 16 bytes), as `_mm_stream_si128`
@@ -70,7 +75,8 @@ fn stream_16(dst: &mut [u8], src: &[u8]) {
 /// Streams whole 64-byte steps to a 32-byte aligned `dst` with AVX2 stores.
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2, `dst` must start on a 32-byte boundary, and `dst` and `src` must
+/// be of one length, a multiple of 64 bytes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn stream_64_avx2(dst: &mut [u8], src: &[u8]) {
@@ -91,8 +97,7 @@ unsafe fn stream_64_avx2(dst: &mut [u8], src: &[u8]) {
 
 /// `dst = Σ srcs` for 2 to 4 float32 sources in `order`'s association, written with streaming
 /// stores straight from registers: the big sums of the float32 keys that dominate training,
-/// which otherwise sum into a cached block and copy it out (a second pass, ~25% slower than
-/// the memory system allows, measured against a raw SSE kernel in C). Returns false, doing
+/// which otherwise sum into a cached block and copy it out, a second pass over memory. Returns false, doing
 /// nothing, for other source counts. Bit-identical to `sum_serial`: same association.
 pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]]) -> bool {
     if !(2..=4).contains(&srcs.len()) || srcs.iter().any(|s| s.len() < dst.len()) {
@@ -263,7 +268,7 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn the_sse_and_avx2_sum_bodies_agree_bit_for_bit() {
-        use crate::ndarray::buffer::{typed_mut, Buffer};
+        use crate::base::buffer::{typed_mut, Buffer};
         use crate::reduce::SumOrder;
         if !crate::reduce::simd::has_avx2() {
             return;
@@ -297,7 +302,7 @@ mod tests {
                     bytes.truncate(k);
                     let mut buf = vec![0f32; 1040];
                     let dst = &mut buf[offset..1037];
-                    crate::reduce::sum_into(crate::ndarray::DType::Float32, order, bytemuck::cast_slice_mut(&mut want), &bytes);
+                    crate::reduce::sum_into(crate::base::DType::Float32, order, bytemuck::cast_slice_mut(&mut want), &bytes, 1);
                     assert!(stream_sum_f32(order, dst, &views));
                     assert!(dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{order:?} k={k} offset={offset}");
                 }

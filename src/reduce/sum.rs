@@ -1,9 +1,9 @@
 //! The element-wise sum of a key's values, in one pass over the sources.
 
-use super::element::Element;
+use crate::base::element::Element;
 use super::parallel::for_parts;
-use crate::ndarray::buffer::{typed, typed_mut};
-use crate::ndarray::DType;
+use crate::base::buffer::{typed, typed_mut};
+use crate::base::DType;
 
 /// How the sources are associated. For floats the grouping decides the rounding, so each store
 /// type follows the MXNet Comm it replaces.
@@ -15,11 +15,12 @@ pub enum SumOrder {
     Serial,
 }
 
-/// `dst = Σ srcs` in `dtype`, every slice the same length in bytes. `srcs` must not be empty.
-pub fn sum_into(dtype: DType, order: SumOrder, dst: &mut [u8], srcs: &[&[u8]]) {
+/// `dst = Σ srcs` in `dtype`, every slice the same length in bytes, over up to `threads`
+/// threads when big. `srcs` must not be empty.
+pub fn sum_into(dtype: DType, order: SumOrder, dst: &mut [u8], srcs: &[&[u8]], threads: usize) {
     crate::with_element_type!(dtype, T => {
         let srcs: Vec<&[T]> = srcs.iter().map(|s| typed::<T>(s)).collect();
-        sum_typed::<T>(order, typed_mut::<T>(dst), &srcs)
+        sum_typed::<T>(order, typed_mut::<T>(dst), &srcs, threads)
     })
 }
 
@@ -27,9 +28,9 @@ pub fn sum_into(dtype: DType, order: SumOrder, dst: &mut [u8], srcs: &[&[u8]]) {
 /// streamed out: they do not fit in cache, so a plain store would first read every line.
 const STREAM_SUM_MIN_BYTES: usize = 1 << 20;
 
-fn sum_typed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
+fn sum_typed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]], threads: usize) {
     let stream = std::mem::size_of_val(dst) >= STREAM_SUM_MIN_BYTES;
-    for_parts(dst, |offset, part| {
+    for_parts(dst, threads, |offset, part| {
         let end = offset + part.len();
         let parts: Vec<&[T]> = srcs.iter().map(|s| &s[offset..end]).collect();
         if stream {
@@ -167,7 +168,7 @@ fn combine<T: Element, const K: usize>(order: SumOrder, head: T, values: [T; K])
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ndarray::buffer::Buffer;
+    use crate::base::buffer::Buffer;
 
     fn buf_f32(v: &[f32]) -> Buffer {
         let mut b = Buffer::zeroed(v.len() * 4).unwrap();
@@ -179,7 +180,7 @@ mod tests {
         let bufs: Vec<Buffer> = values.iter().map(|v| buf_f32(&[*v])).collect();
         let srcs: Vec<&[u8]> = bufs.iter().map(|b| b.bytes()).collect();
         let mut dst = Buffer::zeroed(4).unwrap();
-        sum_into(DType::Float32, order, dst.bytes_mut(), &srcs);
+        sum_into(DType::Float32, order, dst.bytes_mut(), &srcs, 1);
         typed::<f32>(dst.bytes())[0]
     }
 
@@ -240,7 +241,7 @@ mod tests {
         let a = [200u8, 100];
         let b = [100u8, 1];
         let mut dst = [0u8; 2];
-        sum_into(DType::Uint8, SumOrder::CpuComm, &mut dst, &[&a, &b]);
+        sum_into(DType::Uint8, SumOrder::CpuComm, &mut dst, &[&a, &b], 1);
         assert_eq!(dst, [44, 101]);
     }
 
@@ -250,7 +251,7 @@ mod tests {
         let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
         let b: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
         let mut dst = vec![0f32; n];
-        sum_typed(SumOrder::CpuComm, &mut dst, &[&a, &b, &a]);
+        sum_typed(SumOrder::CpuComm, &mut dst, &[&a, &b, &a], 4);
         assert!(dst.iter().enumerate().all(|(i, &d)| d == (2 * (i % 97) + i % 13) as f32));
     }
 }

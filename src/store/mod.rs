@@ -1,25 +1,25 @@
 //! The key-value store of MXNet's `local` and `device` types: init, push (sum, then updater or
 //! assignment), pull, push-pull and broadcast, with int or string keys.
 
+pub(crate) mod batch;
+mod comm;
+pub mod dist;
+pub mod env;
 mod entries;
 mod keys;
-mod kind;
 mod plan;
-mod schedule;
 mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
-pub use kind::StoreKind;
+pub use comm::{Comm, StoreKind};
 pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
-use crate::compression::GradientCompression;
+use crate::backend::{CompressedSumJob, GradientCompression, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
 use crate::ndarray::{Context, NDArray, StorageType};
-use crate::reduce::SumOrder;
+use entries::Entries;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushPlan;
-use schedule::{schedule_compressed_sums, schedule_copies, schedule_sums, CompressedSumJob, SumJob};
-use entries::Entries;
 use std::ffi::CString;
 
 /// Where stores keep values, as MXNet's do (`Comm::pinned_ctx_`).
@@ -67,14 +67,14 @@ struct State {
 /// A store.
 pub struct KVStore {
     type_name: CString,
-    kind: StoreKind,
+    comm: Box<dyn Comm>,
     state: Mutex<State>,
     updaters: RwLock<Updaters>,
     // Held across a whole push, updater calls included, so that concurrent pushes cannot
     // overwrite a merge buffer an updater is reading. Re-entrant: an updater may push.
     push_lock: ReentrantMutex<()>,
     /// A distributed store: every call goes to it.
-    dist: Option<crate::dist::DistStore>,
+    dist: Option<dist::DistStore>,
 }
 
 impl std::fmt::Debug for KVStore {
@@ -87,18 +87,14 @@ impl KVStore {
     /// A store of MXNet type `type_name` (matched lower-cased, as MXNet does).
     pub fn new(type_name: &str) -> Result<KVStore> {
         let lower = type_name.to_lowercase();
-        let dist_mode = crate::dist::dist_mode(&lower);
-        let kind = match dist_mode {
-            Some(m) if m.device => StoreKind::Device,
-            Some(_) => StoreKind::Local,
-            None => StoreKind::from_name(&lower)?,
-        };
+        let dist_mode = dist::dist_mode(&lower);
+        let comm = comm::for_name(&lower)?;
         let type_name = CString::new(lower).map_err(|_| crate::Error::new("store type contains a NUL byte"))?;
-        let dist = dist_mode.map(crate::dist::DistStore::new).transpose()?;
+        let dist = dist_mode.map(dist::DistStore::new).transpose()?;
         Ok(KVStore {
             dist,
             type_name,
-            kind,
+            comm,
             state: Mutex::new(State::default()),
             updaters: RwLock::new(Updaters::default()),
             push_lock: ReentrantMutex::new(()),
@@ -110,16 +106,13 @@ impl KVStore {
         &self.type_name
     }
 
-    /// The reduction kind.
+    /// The communication kind.
     pub fn kind(&self) -> StoreKind {
-        self.kind
+        self.comm.kind()
     }
 
     fn sum_order(&self) -> SumOrder {
-        match self.kind {
-            StoreKind::Local => SumOrder::CpuComm,
-            StoreKind::Device => SumOrder::Serial,
-        }
+        self.comm.sum_order()
     }
 
     /// How a key appears in messages: the user's int or string.
@@ -142,7 +135,8 @@ impl KVStore {
         let plan = plan::plan_init(&state.entries, &ids, &Self::shown(&registry), values)?;
         state.keys = registry;
         for (id, value) in plan {
-            let stored = value.deep_copy(STORE_CONTEXT, 0)?;
+            let stored = value.empty_like(STORE_CONTEXT)?;
+            crate::backend::for_context(STORE_CONTEXT).copy_any(&value, &stored, 0);
             state.entries.insert(id, Entry::new(stored));
         }
         Ok(())
@@ -180,7 +174,7 @@ impl KVStore {
         let entries = &state.entries;
         let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), &ids, &Self::shown(&state.keys), outs, ignore_sparse)?;
         state.keys.fix_type(&keys);
-        schedule_copies(copies.outs, copies.copies, priority);
+        batch::copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -218,7 +212,7 @@ impl KVStore {
             (self.schedule_push(&mut state, plan, priority)?, copies)
         };
         self.call_updaters(calls);
-        schedule_copies(copies.outs, copies.copies, priority);
+        batch::copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -253,11 +247,11 @@ impl KVStore {
         state.keys = registry;
         for (id, value) in &inits {
             if let Some(dst) = stored.get(id) {
-                value.schedule_copy_to(dst, priority);
+                crate::backend::for_context(dst.ctx()).copy_any(value, dst, priority);
                 state.entries.insert(*id, Entry::new(dst.clone()));
             }
         }
-        schedule_copies(copies.outs, copies.copies, priority);
+        batch::copies(copies.outs, copies.copies, priority);
         Ok(())
     }
 
@@ -291,7 +285,7 @@ impl KVStore {
 
     /// The compression a push applies: only `device` stores compress.
     fn active_compression(&self, state: &State) -> Option<GradientCompression> {
-        state.compression.filter(|_| self.kind == StoreKind::Device)
+        state.compression.filter(|_| self.comm.applies_compression())
     }
 
     /// Pulls the rows `row_ids[i]` (any shape and dtype, unsorted, repeated) of each key into
@@ -306,8 +300,8 @@ impl KVStore {
         let ids = state.keys.lookup(&keys)?;
         let plan = plan::plan_row_sparse_pull(&state.entries, &ids, &Self::shown(&state.keys), outs, row_ids)?;
         state.keys.fix_type(&keys);
-        for (stored, out, rid) in plan {
-            schedule::schedule_row_sparse_pull(stored, out, rid, priority);
+        for (stored, out, row_ids) in plan {
+            crate::backend::for_context(out.ctx()).row_sparse_pull(RowSparsePull { stored, out, row_ids }, priority);
         }
         Ok(())
     }
@@ -322,21 +316,26 @@ impl KVStore {
 
     /// Rank of this process in its group: 0 for local stores.
     pub fn rank(&self) -> i32 {
-        self.dist.as_ref().map_or(0, |d| d.rank())
+        self.dist.as_ref().map_or_else(|| self.comm.rank(), |d| d.rank())
     }
 
     /// Number of workers: 1 for local stores.
     pub fn group_size(&self) -> i32 {
-        self.dist.as_ref().map_or(1, |d| d.group_size())
+        self.dist.as_ref().map_or_else(|| self.comm.group_size(), |d| d.group_size())
     }
 
-    /// A barrier over the workers: returns at once for local stores.
+    /// Waits until every worker has reached the barrier (at once for local stores).
     pub fn barrier(&self) -> Result<()> {
-        self.dist.as_ref().map_or(Ok(()), |d| d.barrier())
+        self.dist.as_ref().map_or_else(|| self.comm.barrier(), |d| d.barrier())
+    }
+
+    /// The number of dead nodes (0 for local stores).
+    pub fn num_dead_nodes(&self, node_id: i32, timeout_sec: i32) -> Result<i32> {
+        self.comm.num_dead_nodes(node_id, timeout_sec)
     }
 
     /// Runs a server until worker 0 stops it: returns at once for local stores.
-    pub fn run_server(&self, controller: Option<crate::dist::Controller>) -> Result<()> {
+    pub fn run_server(&self, controller: Option<dist::Controller>) -> Result<()> {
         self.dist.as_ref().map_or(Ok(()), |d| d.run_server(controller))
     }
 
@@ -394,17 +393,22 @@ impl KVStore {
                 calls.push(UpdaterCall { key, recv, local: entry.stored.clone(), updaters: updaters.clone() });
             }
         }
-        schedule_sums(self.sum_order(), values, sums, priority);
-        schedule_compressed_sums(compressed, priority);
+        batch::sums(self.sum_order(), values, sums, priority);
+        batch::compressed_sums(compressed, priority);
         Ok(calls)
     }
 
     /// Calls the updaters on the calling thread, with no store lock held: an updater may call
     /// back into the library. Each waits until its inputs are ready, so it may read raw data.
+    /// When the sum failed, the updater is not called and the failure moves to the stored
+    /// value, where the next pull's wait reports it (MXNet's updater ops would read the failed
+    /// sum and pass its failure on to the stored value).
     fn call_updaters(&self, calls: Vec<UpdaterCall>) {
         for c in calls {
-            c.recv.wait_to_read();
-            c.local.wait_to_write();
+            if let Err(failure) = c.recv.wait_to_read().and_then(|()| c.local.wait_to_write()) {
+                crate::engine::engine().push(&[], &[c.local.var()], 0, move |_| Err(failure));
+                continue;
+            }
             c.updaters.call(&c.key, c.recv, c.local);
         }
     }

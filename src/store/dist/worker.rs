@@ -10,7 +10,7 @@ use super::shard::{self, Part};
 use super::transport::Node;
 use super::wire::{self, Msg};
 use crate::compression::GradientCompression;
-use crate::engine::{engine, AsyncDone};
+use crate::engine::{engine, OpDone};
 use crate::error::Result;
 use crate::ndarray::{shape_string, DType, NDArray, StorageType};
 use crate::reduce::{sum_into, SumOrder};
@@ -36,8 +36,8 @@ struct KeyMeta {
 /// A request waiting for its servers' answers.
 struct Pending {
     remaining: AtomicUsize,
-    /// Finishes the engine op when dropped.
-    done: Mutex<Option<AsyncDone>>,
+    /// Finishes the engine op, with the servers' errors if any.
+    done: Mutex<Option<OpDone>>,
     /// Where answered bytes go (pulls, push-pulls).
     target: Option<NDArray>,
     errors: Mutex<Vec<String>>,
@@ -47,7 +47,7 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(parts: usize, done: Option<AsyncDone>, target: Option<NDArray>) -> Arc<Pending> {
+    fn new(parts: usize, done: Option<OpDone>, target: Option<NDArray>) -> Arc<Pending> {
         Arc::new(Pending {
             remaining: AtomicUsize::new(parts),
             done: Mutex::new(done),
@@ -235,16 +235,20 @@ impl Worker {
             registry.fix_type(&keys);
             state.keys = registry;
         }
+        let mut failed = Ok(());
         if self.rank == 0 {
             for (id, value, comm, parts) in &comms {
                 self.schedule_push(*id, vec![value.clone()], comm, parts, None, wire::PUSH_INIT, 0, Arc::new(Mutex::new(Vec::new())));
             }
             for (_, _, comm, _) in &comms {
-                comm.wait_to_write();
+                if let Err(e) = comm.wait_to_write() {
+                    failed = failed.and(Err(e));
+                }
             }
         }
+        // The other workers wait at this barrier: reach it even when an init failed.
         self.node.barrier_group();
-        Ok(())
+        failed
     }
 
     /// Looks up keys and checks values against them; returns, per unique key in ascending
@@ -338,7 +342,7 @@ impl Worker {
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
         let order = self.sum_order();
         let target = comm.clone();
-        engine().push_async(&reads, &[comm.var()], priority, move |done| {
+        engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
             let dtype = values[0].dtype();
             let esz = dtype.size();
             let merged: Vec<u8> = if values.len() == 1 {
@@ -347,7 +351,7 @@ impl Worker {
                 let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
                 let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
                 let mut out = vec![0u8; srcs[0].len()];
-                sum_into(dtype, order, &mut out, &srcs);
+                sum_into(dtype, order, &mut out, &srcs, 1);
                 out
             };
             let want_data = flags & wire::PUSH_PULL != 0;
@@ -366,7 +370,7 @@ impl Worker {
                 let bytes = &merged[p.offset * esz..(p.offset + p.len) * esz];
                 let msg = match compression {
                     Some(gc) => {
-                        let grad: &[f32] = crate::ndarray::buffer::typed(bytes);
+                        let grad: &[f32] = crate::base::buffer::typed(bytes);
                         let mut packed = vec![0u8; gc.packed_bytes(p.len)];
                         gc.quantize(grad, &mut residual[p.offset..p.offset + p.len], &mut packed);
                         let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, packed.len());
@@ -398,7 +402,8 @@ impl Worker {
         };
         for (id, outs, comm, parts) in jobs {
             self.schedule_pull(id, &comm, &parts, priority);
-            comm.schedule_copy_to_many(outs, priority);
+            let n = outs.len();
+            crate::store::batch::copies(outs, vec![crate::backend::CopyJob { src: comm, dsts: 0..n }], priority);
         }
         Ok(())
     }
@@ -408,7 +413,7 @@ impl Worker {
         let pending_map = Arc::clone(&self.pending);
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
         let target = comm.clone();
-        engine().push_async(&[], &[comm.var()], priority, move |done| {
+        engine().push_async(&[], &[comm.var()], priority, move |_env, done| {
             let esz = target.dtype().size();
             let pending = Pending::new(parts.len(), Some(done), Some(target));
             {
@@ -459,7 +464,8 @@ impl Worker {
         self.check_servers_update()?;
         for (id, vals, os, comm, parts, residual) in jobs {
             self.schedule_push(id, vals, &comm, &parts, None, wire::PUSH_PULL, priority, residual);
-            comm.schedule_copy_to_many(os, priority);
+            let n = os.len();
+            crate::store::batch::copies(os, vec![crate::backend::CopyJob { src: comm, dsts: 0..n }], priority);
         }
         Ok(())
     }
@@ -502,7 +508,8 @@ impl Worker {
     /// worker 0 stops the servers; then the all-node barrier of ps-lite's finalize.
     pub fn shutdown(&self) {
         let watchdog = super::exit_watchdog("worker exit");
-        engine().wait_all();
+        // A failure of pending work has no caller left to report to at exit.
+        let _ = engine().wait_all();
         let barrier = self.state.lock().barrier_before_exit;
         if barrier {
             self.node.barrier_group();
@@ -527,9 +534,7 @@ fn on_reply(pending: &Mutex<HashMap<u64, (Arc<Pending>, usize)>>, bytes: &[u8]) 
     };
     let Some((p, offset)) = pending.lock().remove(&req) else { return };
     if !ok {
-        let msg = String::from_utf8_lossy(data).into_owned();
-        eprintln!("libkvstore: server error: {msg}");
-        p.errors.lock().push(msg);
+        p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
     } else if let Some(t) = &p.target {
         if !data.is_empty() {
             t.write_bytes(|b| match b.get_mut(offset..offset + data.len()) {
@@ -541,7 +546,10 @@ fn on_reply(pending: &Mutex<HashMap<u64, (Arc<Pending>, usize)>>, bytes: &[u8]) 
         p.answers.lock().push(data.to_vec());
     }
     if p.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-        drop(p.done.lock().take());
+        if let Some(done) = p.done.lock().take() {
+            let errors = p.errors.lock();
+            done.finish(if errors.is_empty() { Ok(()) } else { Err(crate::Error::new(format!("a server failed: {}", errors.join("; ")))) });
+        }
         *p.finished.lock() = true;
         p.wake.notify_all();
     }

@@ -1,25 +1,7 @@
-//! Roles and the parameter-server environment (`DMLC_*`): `MXInitPSEnv`'s values take
-//! precedence over the process environment, as in MXNet (`include/mxnet/kvstore.h`).
+//! Roles in a distributed job, read from the parameter-server environment (`DMLC_*`,
+//! `store::env`: `MXInitPSEnv`'s values take precedence over the process environment).
 
-use once_cell::sync::Lazy;
-use parking_lot::RwLock;
-use std::collections::HashMap;
-
-/// Values given by `MXInitPSEnv`.
-static PS_ENV: Lazy<RwLock<HashMap<String, String>>> = Lazy::new(|| RwLock::new(HashMap::new()));
-
-/// Records `MXInitPSEnv`'s pairs.
-pub fn set_ps_env(keys: &[&str], vals: &[&str]) {
-    let mut env = PS_ENV.write();
-    for (k, v) in keys.iter().zip(vals) {
-        env.insert((*k).to_string(), (*v).to_string());
-    }
-}
-
-/// A parameter-server setting: `MXInitPSEnv`'s value, else the environment's.
-pub fn ps_env(name: &str) -> Option<String> {
-    PS_ENV.read().get(name).cloned().or_else(|| std::env::var(name).ok())
-}
+pub use crate::store::env::get as ps_env;
 
 /// A process's role in a distributed job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -138,8 +138,8 @@ impl Element for Bool {
 #[macro_export]
 macro_rules! with_element_type {
     ($dtype:expr, $t:ident => $body:expr) => {{
-        use $crate::ndarray::DType as D;
-        use $crate::reduce::element::Bool as B;
+        use $crate::base::DType as D;
+        use $crate::base::element::Bool as B;
         match $dtype {
             D::Float32 => { type $t = f32; $body }
             D::Float64 => { type $t = f64; $body }

@@ -13,7 +13,7 @@ pub mod wire;
 mod worker;
 
 pub use names::{dist_mode, DistMode};
-pub use role::{ps_env, set_ps_env, Role};
+pub use role::{ps_env, Role};
 
 use crate::error::Result;
 use crate::ndarray::NDArray;

@@ -69,12 +69,12 @@ pub struct Server {
 }
 
 /// Reads an array's bytes once pending engine writes (an updater's ops) have finished.
-fn read_now<R>(a: &NDArray, f: impl FnOnce(&[u8]) -> R) -> R {
+fn read_now<R>(a: &NDArray, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
     engine().run_sync(&[a.var()], &[], || a.read_bytes(f))
 }
 
 /// Writes an array's bytes once pending engine reads and writes have finished.
-fn write_now<R>(a: &NDArray, f: impl FnOnce(&mut [u8]) -> R) -> R {
+fn write_now<R>(a: &NDArray, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
     engine().run_sync(&[], &[a.var()], || a.write_bytes(f))
 }
 
@@ -181,7 +181,11 @@ impl ServerCore {
                     state.entries.get(&key).map(|e| e.stored_dtype.clone().unwrap_or_else(|| e.stored.clone()))
                 };
                 match value {
-                    Some(v) => read_now(&v, |b| self.reply(source, req, Ok(b))),
+                    Some(v) => {
+                        if let Err(e) = read_now(&v, |b| self.reply(source, req, Ok(b))) {
+                            self.reply(source, req, Err(e.message().to_string()));
+                        }
+                    }
                     None => self.reply(source, req, Err(format!("key {key} has not been inited on this server"))),
                 }
             }
@@ -231,7 +235,7 @@ impl ServerCore {
             }
             crate::ensure!(e.requests.is_empty(), "Multiprecision mode can not be set while pushes are underway");
             let master = NDArray::zeros(e.stored.shape(), STORE_CONTEXT, DType::Float32)?;
-            read_now(&e.stored, |s| write_now(&master, |d| copy_cast(e.dtype, s, DType::Float32, d)));
+            read_now(&e.stored, |s| write_now(&master, |d| copy_cast(e.dtype, s, DType::Float32, d, 1)))??;
             e.stored_dtype = Some(std::mem::replace(&mut e.stored, master));
             e.merged = None;
         }
@@ -256,7 +260,7 @@ impl ServerCore {
             crate::ensure!(data.len() == len * dtype.size(), "push of {} bytes for {len} {} values", data.len(), dtype.name());
             if mp {
                 let mut out = vec![0u8; len * 4];
-                copy_cast(dtype, data, DType::Float32, &mut out);
+                copy_cast(dtype, data, DType::Float32, &mut out, 1);
                 out
             } else {
                 data.to_vec()
@@ -265,10 +269,10 @@ impl ServerCore {
         if !state.entries.contains_key(&key) {
             // The first push of a key is its init.
             let stored = NDArray::zeros(&[len], STORE_CONTEXT, work_dtype)?;
-            write_now(&stored, |d| d.copy_from_slice(&recv));
+            write_now(&stored, |d| d.copy_from_slice(&recv))?;
             let stored_dtype = if mp {
                 let s = NDArray::zeros(&[len], STORE_CONTEXT, dtype)?;
-                write_now(&s, |d| d.copy_from_slice(data));
+                write_now(&s, |d| d.copy_from_slice(data))?;
                 Some(s)
             } else {
                 None
@@ -294,12 +298,12 @@ impl ServerCore {
             }
         };
         if e.requests.is_empty() || !sync {
-            write_now(&merged, |d| d.copy_from_slice(&recv));
+            write_now(&merged, |d| d.copy_from_slice(&recv))?;
         } else {
             write_now(&merged, |d| {
                 let prev = d.to_vec();
-                sum_into(work_dtype, SumOrder::Serial, d, &[&prev, &recv]);
-            });
+                sum_into(work_dtype, SumOrder::Serial, d, &[&prev, &recv], 1);
+            })?;
         }
         e.requests.push((source, req, flags & wire::PUSH_PULL != 0));
         if sync && e.requests.len() < self.num_workers {
@@ -312,18 +316,17 @@ impl ServerCore {
             let (recv, st) = (merged.clone(), stored.clone());
             self.exec(|done| Job::Update { key, recv, stored: st, done });
         } else {
-            read_now(&merged, |s| write_now(&stored, |d| d.copy_from_slice(s)));
+            read_now(&merged, |s| write_now(&stored, |d| d.copy_from_slice(s)))??;
         }
         if let Some(sd) = &stored_dtype {
-            read_now(&stored, |s| write_now(sd, |d| copy_cast(DType::Float32, s, dtype, d)));
+            read_now(&stored, |s| write_now(sd, |d| copy_cast(DType::Float32, s, dtype, d, 1)))??;
         }
         let answer = stored_dtype.unwrap_or(stored);
         read_now(&answer, |value| {
             for (dest, r, want) in requests {
                 self.reply(dest, r, Ok(if want { value } else { &[] }));
             }
-        });
-        Ok(())
+        })
     }
 }
 

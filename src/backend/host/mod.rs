@@ -1,0 +1,247 @@
+//! The host backend: arrays in host memory (`cpu`, `cpu_pinned`, `cpu_shared`). Each batch the
+//! store hands over becomes one engine op; the op picks the kernels (`reduce`, `compression`)
+//! and takes the arrays' memory locks.
+
+mod copy;
+mod failpoint;
+
+use super::{Backend, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
+use crate::base::buffer::{typed, typed_mut, Buffer};
+use crate::base::DType;
+use crate::engine::{engine, OpEnv, Var};
+use crate::error::Result;
+use crate::ndarray::{NDArray, StorageType};
+use crate::reduce::sparse;
+use crate::reduce::{copy_cast_many, copy_cast_many_unfenced, fence_copies, sum_into};
+use std::sync::Arc;
+
+pub(crate) use copy::copy_any_now;
+
+/// The host backend.
+pub(crate) struct Host;
+
+/// The one host backend.
+pub(crate) static HOST: Host = Host;
+
+/// Batches moving at most this many bytes run on the calling thread when they are ready at
+/// once (a latency-bound push or pull of a few small values): a few microseconds of copying
+/// against a worker wake-up.
+const TINY_BYTES: usize = 16 << 10;
+
+/// Schedules a batch's op: inline when tiny and ready (see [`TINY_BYTES`]), on a worker
+/// otherwise.
+fn submit(bytes: usize, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static) {
+    engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work);
+}
+
+impl Backend for Host {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) {
+        // Shared with the op, not cloned: cloning views touches refcounts the workers use too.
+        let batch = Arc::new(batch);
+        let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
+        reads.extend(batch.iter().flat_map(|j| values[j.values.clone()].iter().map(|v| v.var())));
+        let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
+        let (values_for_op, batch_for_op) = (Arc::clone(values), Arc::clone(&batch));
+        submit(bytes, &reads, &writes, priority, move |env| run_sum_batch(order, &values_for_op, &batch_for_op, env));
+    }
+
+    fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
+        let batch = Arc::new(batch);
+        let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
+        let writes: Vec<&Var> =
+            batch.iter().flat_map(|j| j.residuals.iter().map(|r| r.var()).chain(std::iter::once(j.dst.var()))).collect();
+        let batch_for_op = Arc::clone(&batch);
+        submit(bytes, &reads, &writes, priority, move |_| batch_for_op.iter().try_for_each(run_compressed_sum));
+    }
+
+    fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, bytes: usize, priority: i32) {
+        let batch = Arc::new(batch);
+        let reads: Vec<&Var> = batch.iter().map(|j| j.src.var()).collect();
+        let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
+        writes.extend(batch.iter().flat_map(|j| outs[j.dsts.clone()].iter().map(|d| d.var())));
+        let (outs_for_op, batch_for_op) = (Arc::clone(outs), Arc::clone(&batch));
+        submit(bytes, &reads, &writes, priority, move |env| run_copy_batch(&outs_for_op, &batch_for_op, env));
+    }
+
+    fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32) {
+        let reads = [pull.stored.var(), pull.row_ids.var()];
+        let writes = [pull.out.var()];
+        let RowSparsePull { stored, out, row_ids } = pull.clone_views();
+        engine().push(&reads, &writes, priority, move |_| run_row_sparse_pull(&stored, &out, &row_ids));
+        drop(pull);
+    }
+
+    fn copy_any(&self, src: &NDArray, dst: &NDArray, priority: i32) {
+        let (s, d) = (src.clone(), dst.clone());
+        engine().push(&[src.var()], &[dst.var()], priority, move |env| copy_any_now(&s, &d, env.threads()));
+    }
+
+    fn copy_sync(&self, src: &NDArray, dst: &NDArray) -> Result<()> {
+        src.check_copy_to(dst)?;
+        let threads = engine().thread_budget();
+        engine().run_sync(&[src.var()], &[dst.var()], || copy::copy_dense_now(src, dst, threads))?
+    }
+}
+
+impl RowSparsePull {
+    fn clone_views(&self) -> RowSparsePull {
+        RowSparsePull { stored: self.stored.clone(), out: self.out.clone(), row_ids: self.row_ids.clone() }
+    }
+}
+
+/// Runs a batch of sums, the usual batch (dense, sums into distinct memory) under locks all
+/// taken first: lock operations wait for pending stores, and locking around each small sum
+/// would stall on every key in turn (see [`run_copy_batch`]).
+fn run_sum_batch(order: SumOrder, values: &[NDArray], batch: &[SumJob], env: &OpEnv) -> Result<()> {
+    for job in batch {
+        failpoint::check_sum(job.dst.size())?;
+    }
+    let reads: Vec<&NDArray> = batch.iter().flat_map(|j| &values[j.values.clone()]).collect();
+    let writes: Vec<&NDArray> = batch.iter().map(|j| &j.dst).collect();
+    if !lockable_together(env.disjoint(), &reads, &writes) {
+        return batch.iter().try_for_each(|job| run_sum(order, &values[job.values.clone()], &job.dst, env.threads()));
+    }
+    let views: Vec<_> = reads.iter().map(|a| a.read_view()).collect();
+    let mut guards: Vec<_> = writes.iter().map(|a| a.write_view()).collect();
+    let mut views = views.iter();
+    let mut srcs: Vec<&[u8]> = Vec::new();
+    for (job, guard) in batch.iter().zip(guards.iter_mut()) {
+        srcs.clear();
+        srcs.extend(views.by_ref().take(job.values.len()).map(|v| v.bytes()));
+        sum_into(job.dst.dtype(), order, guard.bytes_mut(), &srcs, env.threads());
+    }
+    Ok(())
+}
+
+/// The sum of one key, under the chunks' locks (values never share memory with `dst`). A
+/// row_sparse `dst` (all values row_sparse) gets the union of the rows; a dense `dst` with
+/// row_sparse values among its sources sums their dense forms.
+fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray, threads: usize) -> Result<()> {
+    if dst.stype() == StorageType::RowSparse {
+        let rows: Vec<_> = values.iter().map(|v| v.rows_now()).collect();
+        let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (&r.ids[..], &r.data[..])).collect();
+        let (ids, data) = sparse::sum_rows(dst.dtype(), dst.row_bytes(), &inputs)?;
+        return dst.set_rows_now(&ids, data);
+    }
+    if values.iter().any(|v| v.stype() != StorageType::Default) {
+        let mut dense: Vec<Buffer> = Vec::with_capacity(values.len());
+        for v in values {
+            let mut b = Buffer::zeroed(dst.data_byte_len())?;
+            match v.stype() {
+                StorageType::Default => v.read_bytes(|s| b.bytes_mut().copy_from_slice(s)),
+                _ => {
+                    let rows = v.rows_now();
+                    sparse::densify(v.row_bytes(), &rows.ids, &rows.data, b.bytes_mut());
+                }
+            }
+            dense.push(b);
+        }
+        let srcs: Vec<&[u8]> = dense.iter().map(|b| b.bytes()).collect();
+        let dtype = dst.dtype();
+        dst.write_bytes(|d| sum_into(dtype, order, d, &srcs, threads));
+        return Ok(());
+    }
+    let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
+    let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
+    let dtype = dst.dtype();
+    dst.write_bytes(|d| sum_into(dtype, order, d, &srcs, threads));
+    Ok(())
+}
+
+/// Quantises each value against its residual, dequantises, and sums left to right as MXNet's
+/// CommDevice does (`((d0 + d1) + d2) + ...`).
+fn run_compressed_sum(job: &CompressedSumJob) -> Result<()> {
+    let gc = job.compression;
+    let views: Vec<_> = job.values.iter().map(|v| v.read_view()).collect();
+    let mut residuals: Vec<_> = job.residuals.iter().map(|r| r.write_view()).collect();
+    let mut dst = job.dst.write_view();
+    let out = typed_mut::<f32>(dst.bytes_mut());
+    let mut packed = Buffer::zeroed(gc.packed_bytes(out.len()))?;
+    let mut dequantized = Buffer::zeroed(std::mem::size_of_val(out))?;
+    let dequantized = typed_mut::<f32>(dequantized.bytes_mut());
+    for (i, (value, residual)) in views.iter().zip(residuals.iter_mut()).enumerate() {
+        gc.quantize(typed::<f32>(value.bytes()), typed_mut::<f32>(residual.bytes_mut()), packed.bytes_mut());
+        if i == 0 {
+            gc.dequantize(packed.bytes(), out);
+        } else {
+            gc.dequantize(packed.bytes(), dequantized);
+            for (o, d) in out.iter_mut().zip(dequantized.iter()) {
+                *o += *d;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a batch's arrays can all be locked at once: disjoint (as the engine found when it
+/// registered the batch: no memory written twice, or both read and written; reads may repeat,
+/// and locks are not re-entrant) and dense.
+fn lockable_together(disjoint: bool, reads: &[&NDArray], writes: &[&NDArray]) -> bool {
+    disjoint && reads.iter().chain(writes).all(|a| a.stype() == StorageType::Default)
+}
+
+/// Runs a batch of copies. The usual batch (dense, distinct outputs) takes every lock first,
+/// copies with streaming stores, fences once and then releases: a lock operation waits for
+/// the streamed bytes to reach memory, so locking around each small copy would stall on
+/// every output in turn.
+fn run_copy_batch(outs: &[NDArray], batch: &[CopyJob], env: &OpEnv) -> Result<()> {
+    let reads: Vec<&NDArray> = batch.iter().map(|j| &j.src).collect();
+    let writes: Vec<&NDArray> = batch.iter().flat_map(|j| &outs[j.dsts.clone()]).collect();
+    if !lockable_together(env.disjoint(), &reads, &writes) {
+        return batch.iter().try_for_each(|job| run_copies(&job.src, &outs[job.dsts.clone()], env.threads()));
+    }
+    let views: Vec<_> = reads.iter().map(|a| a.read_view()).collect();
+    let mut guards: Vec<_> = writes.iter().map(|a| a.write_view()).collect();
+    let mut guards = guards.iter_mut();
+    let mut dsts: Vec<(DType, &mut [u8])> = Vec::new();
+    for (job, view) in batch.iter().zip(&views) {
+        dsts.clear();
+        dsts.extend(outs[job.dsts.clone()].iter().zip(guards.by_ref()).map(|(d, g)| (d.dtype(), g.bytes_mut())));
+        copy_cast_many_unfenced(job.src.dtype(), view.bytes(), &mut dsts, env.threads());
+    }
+    fence_copies();
+    Ok(())
+}
+
+/// Copies `src` into every `dst`, reading `src` once per block while writing all outputs.
+fn run_copies(src: &NDArray, dsts: &[NDArray], threads: usize) -> Result<()> {
+    // Sparse sides, and outputs sharing memory with the source or with each other, take the
+    // general path.
+    let dense = src.stype() == StorageType::Default && dsts.iter().all(|d| d.stype() == StorageType::Default);
+    if !dense {
+        return dsts.iter().try_for_each(|d| copy_any_now(src, d, threads));
+    }
+    let distinct = dsts.iter().enumerate().all(|(i, d)| !d.same_chunk(src) && dsts[..i].iter().all(|e| !e.same_chunk(d)));
+    if !distinct {
+        return dsts.iter().try_for_each(|d| copy::copy_dense_now(src, d, threads));
+    }
+    let view = src.read_view();
+    let mut guards: Vec<_> = dsts.iter().map(|d| d.write_view()).collect();
+    let mut outs: Vec<(DType, &mut [u8])> = guards.iter_mut().zip(dsts).map(|(g, d)| (d.dtype(), g.bytes_mut())).collect();
+    copy_cast_many(src.dtype(), view.bytes(), &mut outs, threads);
+    Ok(())
+}
+
+/// `out = the rows rid of stored`: row ids of any dtype and shape, cast to int64, sorted,
+/// unique.
+fn run_row_sparse_pull(stored: &NDArray, out: &NDArray, rid: &NDArray) -> Result<()> {
+    let mut want = Buffer::zeroed(rid.size() * DType::Int64.size())?;
+    rid.read_bytes(|b| crate::base::cast(rid.dtype(), b, DType::Int64, want.bytes_mut()));
+    let mut want = typed::<i64>(want.bytes()).to_vec();
+    want.sort_unstable();
+    want.dedup();
+    let rows = stored.rows_now();
+    let kept = sparse::retain(stored.row_bytes(), &rows.ids, &rows.data, &want)?;
+    let data = if stored.dtype() == out.dtype() {
+        kept
+    } else {
+        let mut cast = Buffer::zeroed(want.len() * out.row_bytes())?;
+        crate::base::cast(stored.dtype(), kept.bytes(), out.dtype(), cast.bytes_mut());
+        cast
+    };
+    out.set_rows_now(&want, data)
+}

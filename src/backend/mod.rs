@@ -1,0 +1,117 @@
+//! The execution seam. The store plans: which keys, which values, in which association order,
+//! into which destinations, batched how. A backend executes: it orders each plan on the engine
+//! and picks the kernels that sum, copy, cast, compress and handle sparse rows. There is one
+//! backend per kind of context (today: host memory, for `cpu`, `cpu_pinned` and `cpu_shared`;
+//! next: CUDA GPUs), each an implementation of [`Backend`]; the store asks [`for_context`]
+//! and never knows which one runs.
+//!
+//! A backend's ops run after the call that scheduled them has returned. A failure (a kernel's
+//! error or panic, an allocation that fails, later a CUDA error) is returned from the op, and
+//! the engine keeps it on the arrays the op writes until a wait reports it. Work that finishes
+//! later on another thread or device completes through the engine's `push_async`.
+//!
+//! Which backend runs a job: that of its destination's context (for a copy to several
+//! outputs, the first output's; the store keeps a batch to one backend).
+
+pub(crate) mod host;
+
+use crate::error::Result;
+use crate::ndarray::{Context, DeviceType, NDArray};
+use std::ops::Range;
+use std::sync::Arc;
+
+pub use crate::compression::GradientCompression;
+pub use crate::reduce::SumOrder;
+
+/// `dst = Σ values[values]` for one key; the values are shared by all sums of a call.
+pub struct SumJob {
+    /// The key's values in the call's shared vector.
+    pub values: Range<usize>,
+    /// Where the sum goes: the stored value, or the buffer handed to an updater.
+    pub dst: NDArray,
+}
+
+/// `dst = Σ dequantize(quantize(values[i], residuals[i]))` for one key (float32).
+pub struct CompressedSumJob {
+    /// The key's values.
+    pub values: Vec<NDArray>,
+    /// One residual per value, updated by the quantisation.
+    pub residuals: Vec<NDArray>,
+    /// Where the sum goes.
+    pub dst: NDArray,
+    /// The compression's parameters.
+    pub compression: GradientCompression,
+}
+
+/// `outs[i] = src` for each `i` in `dsts`; the outputs are shared by all copies of a call.
+pub struct CopyJob {
+    /// The stored value.
+    pub src: NDArray,
+    /// The key's outputs in the call's shared vector.
+    pub dsts: Range<usize>,
+}
+
+/// `out = the rows row_ids of stored` (row ids of any dtype and shape; the output's rows are
+/// their sorted unique values, absent rows zero).
+pub struct RowSparsePull {
+    /// The stored row_sparse value.
+    pub stored: NDArray,
+    /// The row_sparse output.
+    pub out: NDArray,
+    /// The wanted row ids.
+    pub row_ids: NDArray,
+}
+
+/// One context kind's execution. Every method checks nothing (the store has) and returns once
+/// the work is scheduled; failures surface at the next wait on the written arrays.
+pub trait Backend: Sync {
+    /// The context kind's name, for messages.
+    fn name(&self) -> &'static str;
+
+    /// Sums a batch of keys (`bytes` moved in all).
+    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32);
+
+    /// Compressed sums of a batch of keys (`bytes` moved in all).
+    fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32);
+
+    /// Copies a batch of keys into their outputs (`bytes` moved in all).
+    fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, bytes: usize, priority: i32);
+
+    /// A row_sparse pull of one key.
+    fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32);
+
+    /// `dst = src` across storage types and dtypes (same shape), as MXNet's `CopyFromTo`.
+    fn copy_any(&self, src: &NDArray, dst: &NDArray, priority: i32);
+
+    /// `dst = src` (dense, same shape) on the calling thread, after pending ops on both.
+    fn copy_sync(&self, src: &NDArray, dst: &NDArray) -> Result<()>;
+}
+
+/// The kinds of backend, for keeping a batch to one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// Host memory: `cpu`, `cpu_pinned`, `cpu_shared`.
+    Host,
+}
+
+impl BackendKind {
+    /// The kind running jobs whose destination is on `ctx`. GPU contexts cannot hold arrays
+    /// yet (`Context::from_codes` refuses them), so everything runs on the host.
+    pub fn of(ctx: Context) -> BackendKind {
+        match ctx.dev_type {
+            DeviceType::Cpu | DeviceType::CpuPinned | DeviceType::CpuShared | DeviceType::Gpu => BackendKind::Host,
+        }
+    }
+
+    /// The backend of this kind.
+    pub fn backend(self) -> &'static dyn Backend {
+        match self {
+            BackendKind::Host => &host::HOST,
+        }
+    }
+}
+
+/// The backend for jobs whose destination is on `ctx`.
+pub fn for_context(ctx: Context) -> &'static dyn Backend {
+    BackendKind::of(ctx).backend()
+}

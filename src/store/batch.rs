@@ -1,0 +1,73 @@
+//! Handing a checked call's jobs to the backends in batches. Small keys are batched into one
+//! op: the engine's per-op cost (registration, a worker wake-up) would otherwise dominate a
+//! call that moves a few kilobytes per key. Big keys get a batch each, which the backend may
+//! split over threads. A batch never mixes backends.
+
+use crate::backend::{BackendKind, CompressedSumJob, CopyJob, SumJob, SumOrder};
+use crate::ndarray::NDArray;
+use std::sync::Arc;
+
+/// Bytes moved per batch: big enough to amortise an op (registration, and often a worker
+/// wake-up, which costs tens of microseconds on a VM), small enough that a call with many
+/// keys still spreads over the workers.
+const BATCH_BYTES: usize = 4 << 20;
+
+/// A batch: its backend, the bytes it moves, its jobs.
+type Batch<J> = (BackendKind, usize, Vec<J>);
+
+/// Splits jobs into batches of about [`BATCH_BYTES`] moved on one backend, keeping order.
+fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize, kind: impl Fn(&J) -> BackendKind) -> Vec<Batch<J>> {
+    let mut out: Vec<Batch<J>> = Vec::new();
+    for job in jobs {
+        let (b, k) = (bytes(&job), kind(&job));
+        match out.last_mut() {
+            Some((kind, size, batch)) if *kind == k && *size + b <= BATCH_BYTES => {
+                batch.push(job);
+                *size += b;
+            }
+            _ => out.push((k, b, vec![job])),
+        }
+    }
+    out
+}
+
+/// Hands the sums of `values` to the backends and returns at once.
+pub(crate) fn sums(order: SumOrder, values: Vec<NDArray>, jobs: Vec<SumJob>, priority: i32) {
+    // Shared with the ops, not cloned: cloning views touches refcounts the workers use too.
+    let values = Arc::new(values);
+    let sized = |j: &SumJob| j.dst.data_byte_len() * (j.values.len() + 1);
+    for (kind, bytes, batch) in batches(jobs, sized, |j| BackendKind::of(j.dst.ctx())) {
+        kind.backend().sum(order, &values, batch, bytes, priority);
+    }
+}
+
+/// Hands compressed sums to the backends and returns at once.
+pub(crate) fn compressed_sums(jobs: Vec<CompressedSumJob>, priority: i32) {
+    let sized = |j: &CompressedSumJob| j.dst.data_byte_len() * (2 * j.values.len() + 1);
+    for (kind, bytes, batch) in batches(jobs, sized, |j| BackendKind::of(j.dst.ctx())) {
+        kind.backend().compressed_sum(batch, bytes, priority);
+    }
+}
+
+/// Hands the copies into `outs` to the backends and returns at once.
+pub(crate) fn copies(outs: Vec<NDArray>, jobs: Vec<CopyJob>, priority: i32) {
+    let outs = Arc::new(outs);
+    let sized = |j: &CopyJob| j.src.data_byte_len() * (j.dsts.len() + 1);
+    let kind = |j: &CopyJob| BackendKind::of(outs.get(j.dsts.start).map_or(j.src.ctx(), NDArray::ctx));
+    for (kind, bytes, batch) in batches(jobs, sized, kind) {
+        kind.backend().copy(&outs, batch, bytes, priority);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_keep_order_and_stay_under_the_size() {
+        let jobs: Vec<usize> = vec![1 << 20, 2 << 20, 1 << 20, 8 << 20, 4];
+        let got = batches(jobs, |j| *j, |_| BackendKind::Host);
+        let sizes: Vec<Vec<usize>> = got.into_iter().map(|(_, _, b)| b).collect();
+        assert_eq!(sizes, vec![vec![1 << 20, 2 << 20, 1 << 20], vec![8 << 20], vec![4]]);
+    }
+}

@@ -1,0 +1,135 @@
+//! The floors of `src/`: no import cycle between the top-level modules, nor between the files
+//! of one directory. A module may use the ones below it (FFI -> store -> backends -> arrays and
+//! kernels -> engine -> ground floor), never one that uses it back. References are found
+//! textually (`crate::m`, `super::m`), test modules and comments left out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file without comments and without its `#[cfg(test)]` module.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]") && lines.peek().is_some_and(|l| l.trim_start().starts_with("mod tests")) {
+            break;
+        }
+        let line = line.split("//").next().unwrap_or("");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Names following `prefix` in `code` (`crate::` gives the modules used).
+fn names_after(code: &str, prefix: &str) -> BTreeSet<String> {
+    code.match_indices(prefix)
+        .filter(|(i, _)| !code[..*i].ends_with('$') && !code[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+        .map(|(i, _)| code[i + prefix.len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect())
+        .collect()
+}
+
+/// A cycle in `graph`, if there is one.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(n) {
+            Some(2) => return None,
+            Some(1) => {
+                let start = path.iter().position(|p| p == n).unwrap_or(0);
+                let mut c = path[start..].to_vec();
+                c.push(n.to_string());
+                return Some(c);
+            }
+            _ => {}
+        }
+        state.insert(n.to_string(), 1);
+        path.push(n.to_string());
+        for m in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, graph, state, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    graph.keys().find_map(|n| visit(n, graph, &mut state, &mut Vec::new()))
+}
+
+#[test]
+fn no_import_cycle_between_top_level_modules_or_sibling_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let top_level: BTreeSet<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir() || p.file_name().is_some_and(|n| n != "lib.rs"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let mut modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    // Per directory: file module -> sibling file modules it names.
+    let mut siblings: BTreeMap<PathBuf, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let Some(top) = rel.components().next().map(|c| Path::new(c.as_os_str()).file_stem().unwrap().to_string_lossy().into_owned())
+        else {
+            continue;
+        };
+        if top == "lib" {
+            continue;
+        }
+        let code = code(file);
+        let used = names_after(&code, "crate::");
+        let edges = modules.entry(top.clone()).or_default();
+        edges.extend(used.iter().filter(|m| top_level.contains(*m) && **m != top).cloned());
+
+        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let dir = file.parent().unwrap().to_path_buf();
+        if stem == "mod" || dir == src {
+            continue;
+        }
+        let dir_module: Vec<String> =
+            dir.strip_prefix(&src).unwrap().components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let mut named = names_after(&code, "super::");
+        named.extend(names_after(&code, &format!("crate::{}::", dir_module.join("::"))));
+        siblings.entry(dir).or_default().entry(stem.clone()).or_default().extend(named.into_iter().filter(|n| *n != stem));
+    }
+    assert!(modules.len() >= 8, "found only {:?}", modules.keys());
+    if let Some(c) = cycle(&modules) {
+        panic!("import cycle between top-level modules of src/: {}\n{modules:#?}", c.join(" -> "));
+    }
+    for (dir, graph) in &mut siblings {
+        let files: BTreeSet<String> = graph.keys().cloned().collect();
+        for edges in graph.values_mut() {
+            edges.retain(|n| files.contains(n));
+        }
+        if let Some(c) = cycle(graph) {
+            panic!("import cycle between the files of {}: {}", dir.display(), c.join(" -> "));
+        }
+    }
+    // The engine and the kernels stand on the ground floor only.
+    for (module, allowed) in [("base", &["error"][..]), ("engine", &["base", "error"]), ("reduce", &["base", "error"])] {
+        let extra: Vec<_> = modules[module].iter().filter(|m| !allowed.contains(&m.as_str())).collect();
+        assert!(extra.is_empty(), "{module} uses {extra:?}");
+    }
+}
