@@ -28,7 +28,7 @@ fn shape_from(shape: *const u32, ndim: u32) -> Result<Vec<usize>> {
 fn create(shape: *const u32, ndim: u32, dev_type: c_int, dev_id: c_int, dtype: c_int) -> Result<NDArray> {
     let shape = shape_from(shape, ndim)?;
     let dtype = DType::from_code(dtype)?;
-    let ctx = Context::from_codes(dev_type, dev_id)?;
+    let ctx = crate::gpu::usable_context(Context::from_codes(dev_type, dev_id)?)?;
     NDArray::zeros(&shape, ctx, dtype)
 }
 

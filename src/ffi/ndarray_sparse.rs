@@ -53,7 +53,7 @@ pub extern "C" fn MXNDArrayCreateSparseEx(
         let array = NDArray::sparse(
             stype,
             &shape,
-            Context::from_codes(dev_type, dev_id)?,
+            crate::gpu::usable_context(Context::from_codes(dev_type, dev_id)?)?,
             DType::from_code(dtype)?,
             &aux_specs(num_aux, aux_type, aux_ndims, aux_shape)?,
         )?;

@@ -44,8 +44,29 @@ pub fn require_device(dev_id: i32) -> Result<()> {
     crate::bail!("{}", unavailable(dev_id))
 }
 
+/// `ctx`, if it can hold values: host contexts always, GPU contexts when the device is usable.
+pub fn usable_context(ctx: crate::ndarray::Context) -> Result<crate::ndarray::Context> {
+    if ctx.dev_type == crate::ndarray::DeviceType::Gpu {
+        require_device(ctx.dev_id)?;
+    }
+    Ok(ctx)
+}
+
 /// `(free, total)` bytes of device memory of `gpu(dev)`, from the driver.
 pub fn memory_info(dev: i32) -> Result<(u64, u64)> {
     let rt = driver::runtime().map_err(|reason| crate::Error::new(format!("no usable CUDA device: {reason}")))?;
     rt.memory_info(dev).map_err(crate::Error::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ndarray::Context;
+
+    #[test]
+    fn gpu_contexts_answer_a_clear_error_until_gpu_arrays_exist() {
+        let err = usable_context(Context::from_codes(2, 0).unwrap()).unwrap_err();
+        assert!(err.message().contains("gpu(0)"), "{err}");
+        assert_eq!(usable_context(Context::cpu(0)).unwrap(), Context::cpu(0));
+    }
 }

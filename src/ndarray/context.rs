@@ -50,15 +50,12 @@ impl Context {
         Context { dev_type: DeviceType::CpuPinned, dev_id }
     }
 
-    /// The context with these MXNet codes; GPU contexts need a CUDA device.
+    /// The context with these MXNet codes. Whether a GPU context can hold values is the GPU
+    /// backend's to say (`gpu::usable_context`), checked where arrays are made.
     pub fn from_codes(dev_type: i32, dev_id: i32) -> Result<Context> {
         let dev_type = DeviceType::from_code(dev_type)?;
         crate::ensure!(dev_id >= 0, "device id {dev_id} is negative");
-        let ctx = Context { dev_type, dev_id };
-        if dev_type == DeviceType::Gpu {
-            crate::gpu::require_device(dev_id)?;
-        }
-        Ok(ctx)
+        Ok(Context { dev_type, dev_id })
     }
 
 }
@@ -88,11 +85,5 @@ mod tests {
         assert!(DeviceType::from_code(4).is_err());
         assert_eq!(Context::from_codes(3, 0).unwrap(), Context::cpu_pinned(0));
         assert!(Context::from_codes(1, -1).is_err());
-    }
-
-    #[test]
-    fn gpu_context_answers_a_clear_error_without_cuda() {
-        let err = Context::from_codes(2, 0).unwrap_err();
-        assert!(err.message().contains("gpu(0)"), "{err}");
     }
 }

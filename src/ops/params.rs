@@ -168,7 +168,7 @@ fn parse_context(v: &str) -> Option<Result<Context>> {
         "cpu_shared" => 5,
         _ => return None,
     };
-    Some(Context::from_codes(code, id))
+    Some(Context::from_codes(code, id).and_then(crate::gpu::usable_context))
 }
 
 #[cfg(test)]
