@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: header freshness, Rust unit tests, the C programs (walkthrough,
 # differential against the reference libmxnet.so, bad input, threads; both again on the
-# x86_64 baseline loops), the header ABI check,
+# x86_64 baseline loops), the header ABI check, the install test (scripts/install.sh into a
+# temporary prefix; the walkthrough built with pkg-config and CMake against it),
 # the Python proof (the unchanged mxnet 1.9.1 package on both libraries), and the C programs
 # again under AddressSanitizer and valgrind.
 set -euo pipefail
@@ -18,5 +19,6 @@ cargo test --release
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
 KVSTORE_X86_BASELINE=1 cargo test --release --lib --test c_programs
+scripts/test-install.sh
 scripts/python-frontend.sh
 bash ctests/run_sanitized.sh
