@@ -14,6 +14,7 @@ mod last_error;
 mod ndarray;
 mod ndarray_sparse;
 mod ops;
+mod profiler;
 mod runtime;
 mod stubs;
 mod types;

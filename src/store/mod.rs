@@ -15,6 +15,7 @@ pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 use crate::compression::GradientCompression;
 use crate::error::Result;
 use crate::ndarray::{Context, NDArray, StorageType};
+use crate::profiler::{self, Arg, Class};
 use crate::reduce::SumOrder;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushPlan;
@@ -123,6 +124,7 @@ impl KVStore {
 
     /// Stores deep copies of `values` under new keys.
     pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
+        let _trace = profiler::span(Class::Call, "init", || trace_args(&keys, values));
         check_len(&keys, values.len())?;
         let mut state = self.state.lock();
         let mut registry = state.keys.clone();
@@ -139,6 +141,7 @@ impl KVStore {
     /// Sums the values of each key and applies the updater, or stores the sum.
     pub fn push(&self, keys: Keys, values: impl Into<Vec<NDArray>>, priority: i32) -> Result<()> {
         let values = values.into();
+        let _trace = profiler::span(Class::Call, "push", || trace_args(&keys, &values));
         check_len(&keys, values.len())?;
         let _serial = self.push_lock.lock();
         let calls = {
@@ -156,6 +159,7 @@ impl KVStore {
     /// Copies the stored values into `outs`; sparse outputs are skipped when `ignore_sparse`.
     pub fn pull(&self, keys: Keys, outs: impl Into<Vec<NDArray>>, priority: i32, ignore_sparse: bool) -> Result<()> {
         let outs = outs.into();
+        let _trace = profiler::span(Class::Call, "pull", || trace_args(&keys, &outs));
         check_len(&keys, outs.len())?;
         let mut state = self.state.lock();
         let ids = state.keys.lookup(&keys)?;
@@ -177,6 +181,7 @@ impl KVStore {
         priority: i32,
     ) -> Result<()> {
         let (values, outs) = (values.into(), outs.into());
+        let _trace = profiler::span(Class::Call, "pushpull", || trace_args(&vkeys, &values));
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let _serial = self.push_lock.lock();
@@ -211,6 +216,7 @@ impl KVStore {
         priority: i32,
     ) -> Result<()> {
         let outs = outs.into();
+        let _trace = profiler::span(Class::Call, "broadcast", || trace_args(&vkeys, values));
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let mut state = self.state.lock();
@@ -266,6 +272,7 @@ impl KVStore {
     /// Pulls the rows `row_ids[i]` (any shape and dtype, unsorted, repeated) of each key into
     /// the row_sparse `outs[i]`: the output's rows are the sorted unique ids, absent rows zero.
     pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
+        let _trace = profiler::span(Class::Call, "pull_row_sparse", || trace_args(&keys, outs));
         check_len(&keys, outs.len())?;
         check_len(&keys, row_ids.len())?;
         let mut state = self.state.lock();
@@ -351,6 +358,7 @@ impl KVStore {
     /// back into the library. Each waits until its inputs are ready, so it may read raw data.
     fn call_updaters(&self, calls: Vec<UpdaterCall>) {
         for c in calls {
+            let _trace = profiler::span(Class::Call, "update", || vec![("bytes", Arg::Int(c.recv.data_byte_len() as i64))]);
             c.recv.wait_to_read();
             c.local.wait_to_write();
             c.updaters.call(&c.key, c.recv, c.local);
@@ -363,6 +371,21 @@ struct UpdaterCall {
     recv: NDArray,
     local: NDArray,
     updaters: Updaters,
+}
+
+/// What a profiled call shows: its first key, how many arrays (key-value pairs) it passes,
+/// their bytes and the first array's context.
+fn trace_args(keys: &Keys, arrays: &[NDArray]) -> profiler::Args {
+    let key = match keys {
+        Keys::Int(k) => k.first().map(|k| Arg::Int(*k as i64)),
+        Keys::Str(k) => k.first().map(|k| Arg::Text((*k).to_string())),
+    };
+    let mut args = Vec::with_capacity(4);
+    args.extend(key.map(|k| ("key", k)));
+    args.push(("arrays", Arg::Int(arrays.len() as i64)));
+    args.push(("bytes", Arg::Int(arrays.iter().map(|a| a.data_byte_len() as i64).sum())));
+    args.extend(arrays.first().map(|a| ("context", Arg::Text(a.ctx().to_string()))));
+    args
 }
 
 fn check_len(keys: &Keys, n: usize) -> Result<()> {

@@ -4,6 +4,7 @@
 
 use crate::compression::GradientCompression;
 use crate::engine::{engine, Var};
+use crate::profiler::{self, Arg};
 use crate::ndarray::buffer::{typed, typed_mut};
 use crate::ndarray::{NDArray, StorageType};
 use crate::reduce::sparse;
@@ -45,8 +46,16 @@ const TINY_BYTES: usize = 16 << 10;
 /// Schedules a batch's op: inline when tiny and ready (see [`TINY_BYTES`]), on a worker
 /// otherwise. `work` is told whether the batch's arrays are disjoint (see
 /// [`Engine::push_batch`](crate::engine::Engine::push_batch)).
-fn submit(bytes: usize, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(bool) + Send + 'static) {
+/// `name` and `keys`, with the bytes and the first written array's context, are what the
+/// profiler shows for the op.
+#[allow(clippy::too_many_arguments)]
+fn submit(name: &'static str, keys: usize, ctx: &NDArray, bytes: usize, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(bool) + Send + 'static) {
+    let work = profiler::traced(name, || op_args(keys, bytes, ctx), work);
     engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work);
+}
+
+fn op_args(keys: usize, bytes: usize, ctx: &NDArray) -> profiler::Args {
+    vec![("keys", Arg::Int(keys as i64)), ("bytes", Arg::Int(bytes as i64)), ("context", Arg::Text(ctx.ctx().to_string()))]
 }
 
 /// Splits jobs into batches of about [`BATCH_BYTES`] moved, keeping order; each batch comes
@@ -79,7 +88,7 @@ pub(crate) fn schedule_sums(order: SumOrder, values: Vec<NDArray>, jobs: Vec<Sum
             let (batch, values) = (Arc::clone(&batch), Arc::clone(&values));
             move |disjoint| run_sum_batch(order, &values, &batch, disjoint)
         };
-        submit(bytes, &reads, &writes, priority, work);
+        submit("sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, work);
     }
 }
 
@@ -158,7 +167,7 @@ pub(crate) fn schedule_compressed_sums(jobs: Vec<CompressedSumJob>, priority: i3
                 }
             }
         };
-        submit(bytes, &reads, &writes, priority, work);
+        submit("compressed_sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, work);
     }
 }
 
@@ -197,7 +206,7 @@ pub(crate) fn schedule_copies(outs: Vec<NDArray>, jobs: Vec<CopyJob>, priority: 
             let (batch, outs) = (Arc::clone(&batch), Arc::clone(&outs));
             move |disjoint| run_copy_batch(&outs, &batch, disjoint)
         };
-        submit(bytes, &reads, &writes, priority, work);
+        submit("copy", batch.len(), outs.get(batch[0].dsts.start).unwrap_or(&batch[0].src), bytes, &reads, &writes, priority, work);
     }
 }
 
