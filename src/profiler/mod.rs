@@ -73,7 +73,7 @@ impl Class {
 
 /// A running span, recorded when dropped; inert when the profiler was off at its start.
 #[must_use = "a span records when it is dropped"]
-pub struct Span(Option<Open>);
+pub struct Span(Option<Box<Open>>);
 
 struct Open {
     class: Class,
@@ -99,16 +99,22 @@ fn open(class: Class, name: &'static str, args: impl FnOnce() -> Args) -> Span {
         return Span(None);
     }
     let args = args();
-    Span(Some(Open { class, name, start: now_us(), tid: thread(), args }))
+    Span(Some(Box::new(Open { class, name, start: now_us(), tid: thread(), args })))
 }
 
 impl Drop for Span {
+    #[inline]
     fn drop(&mut self) {
         if let Some(o) = self.0.take() {
-            let kind = Kind::Duration { start: o.start, end: now_us() };
-            push(Record { name: Cow::Borrowed(o.name), cat: Cow::Borrowed(o.class.category()), kind, tid: o.tid, args: o.args });
+            close(*o);
         }
     }
+}
+
+#[cold]
+fn close(o: Open) {
+    let kind = Kind::Duration { start: o.start, end: now_us() };
+    push(Record { name: Cow::Borrowed(o.name), cat: Cow::Borrowed(o.class.category()), kind, tid: o.tid, args: o.args });
 }
 
 /// Wraps an engine op's `work` so that it runs inside an [`Class::Op`] span named `name`.
@@ -117,7 +123,7 @@ impl Drop for Span {
 pub fn traced<W: FnOnce(bool) + Send + 'static>(name: &'static str, args: impl FnOnce() -> Args, work: W) -> impl FnOnce(bool) + Send + 'static {
     let args = if active(OPS) { Some(args()) } else { None };
     move |disjoint| {
-        let _span = args.map(|args| Span(Some(Open { class: Class::Op, name, start: now_us(), tid: thread(), args })));
+        let _span = args.map(|args| Span(Some(Box::new(Open { class: Class::Op, name, start: now_us(), tid: thread(), args }))));
         work(disjoint)
     }
 }

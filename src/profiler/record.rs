@@ -25,7 +25,7 @@ pub(crate) fn thread() -> u32 {
         if id.get() == 0 {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             id.set(n);
-            let name = std::thread::current().name().map_or_else(|| format!("thread {n}"), str::to_string);
+            let name = std::thread::current().name().map_or_else(|| format!("caller thread {n}"), str::to_string);
             super::name_thread(n, name);
         }
         id.get()
