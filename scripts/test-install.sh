@@ -39,6 +39,18 @@ echo "== CMake find_package(kvstore)"
 cmake -S tests/install -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
       -DWALKTHROUGH_DIR="$src" -DWRAPPER_TEST="$src/test_raii.cpp" >"$work/cmake.log" || { cat "$work/cmake.log"; exit 1; }
 cmake --build "$work/cmake" -j2 >>"$work/cmake.log" || { cat "$work/cmake.log"; exit 1; }
+# The version file: 0.1 and no version are accepted, 0.2 (another 0.x minor) and 1.0 refused.
+for want in "" 0.1 0.2 1.0; do
+  mkdir -p "$work/version-$want"
+  printf 'cmake_minimum_required(VERSION 3.16)\nproject(v NONE)\nfind_package(kvstore %s REQUIRED)\n' "$want" \
+    >"$work/version-$want/CMakeLists.txt"
+  if cmake -S "$work/version-$want" -B "$work/version-$want/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null 2>&1; then
+    accepted=yes; else accepted=no; fi
+  case "$want:$accepted" in
+    :yes|0.1:yes|0.2:no|1.0:no) ;;
+    *) echo "find_package(kvstore $want): accepted=$accepted, wrong" >&2; exit 1 ;;
+  esac
+done
 cp "$work/cmake/walkthrough_cmake" "$work/cmake/walkthrough_cmake_static" "$work/cmake/test_raii_cmake" "$work/bin/"
 
 for exe in "$work"/bin/*; do
