@@ -7,6 +7,8 @@
  * (--rounds: the libraries take turns this many times, default 3, each turn running
  * iters/rounds iterations in a fresh child; the median is over all of a library's iterations)
  * (--dtype: float32, the default and the issue's workloads, float64, float16 or bfloat16)
+ * (--trace FILE: the last iteration of each run is profiled with MXNet's profiler API and
+ * dumped to FILE as a Chrome trace; give one library and one round, or the last run wins)
  * The first LIB is the baseline of the ratios (put libmxnet.so first). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -37,7 +39,14 @@ static struct {
   int (*nd_get_data)(H, void **);
   int (*wait_all)(void);
   const char *(*last_error)(void);
+  /* The profiler (only with --trace). */
+  int (*prof_config)(int, const char *const *, const char *const *);
+  int (*prof_state)(int);
+  int (*prof_dump)(int);
 } api;
+
+/* --trace FILE: the last measured iteration runs under MXNet's profiler, dumped to FILE. */
+static const char *trace_path = NULL;
 
 #define CALL(x)                                                                      \
   do {                                                                               \
@@ -81,6 +90,11 @@ static void load(const char *path) {
   SYM(nd_get_data, "MXNDArrayGetData");
   SYM(wait_all, "MXNDArrayWaitAll");
   SYM(last_error, "MXGetLastError");
+  if (trace_path) {
+    SYM(prof_config, "MXSetProfilerConfig");
+    SYM(prof_state, "MXSetProfilerState");
+    SYM(prof_dump, "MXDumpProfile");
+  }
 }
 
 /* ---- workloads: lists of parameter sizes ------------------------------------------------ */
@@ -227,11 +241,21 @@ static void child(const char *lib, const char *name, int iters, int warmup, int 
   double *t = malloc(sizeof(double) * (size_t)iters);
   long rss10 = -1, heap10 = -1;
   for (int i = -warmup; i < iters; i++) {
+    int traced = trace_path && i == iters - 1;
+    if (traced) {
+      const char *k[] = {"filename", "profile_all", "continuous_dump"}, *v[] = {trace_path, "True", "False"};
+      CALL(api.prof_config(3, k, v));
+      CALL(api.prof_state(1));
+    }
     double t0 = now();
     CALL(api.push(kv, (uint32_t)n, keys, vals, 0));
     CALL(api.pull(kv, (uint32_t)n, keys, outs, 0));
     CALL(api.wait_all());
     if (i >= 0) t[i] = now() - t0;
+    if (traced) {
+      CALL(api.prof_state(0));
+      CALL(api.prof_dump(1));
+    }
     if (i == 9) rss10 = rss_kib(), heap10 = heap_kib();
   }
   struct report r = {rss10, rss_kib(), heap10, heap_kib()};
@@ -313,6 +337,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--rss-iters") && i + 1 < argc) rss_iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--rounds") && i + 1 < argc && atoi(argv[i + 1]) > 0) rounds = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--workload") && i + 1 < argc && nnames < 8) names[nnames++] = argv[++i];
+    else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace_path = argv[++i];
     else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
       const char *d = argv[++i];
       if (!strcmp(d, "float32")) dtype = 0, dtype_size = 4;
@@ -323,7 +348,7 @@ int main(int argc, char **argv) {
     }
     else if (argv[i][0] != '-' && nlibs < 8) libs[nlibs++] = argv[i];
     else {
-      fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--rss-iters N] [--rounds N] [--dtype T] [--workload NAME]... LIB...\n", argv[0]);
+      fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--rss-iters N] [--rounds N] [--dtype T] [--trace FILE] [--workload NAME]... LIB...\n", argv[0]);
       return 2;
     }
   }

@@ -13,6 +13,8 @@ typedef uint32_t mx_uint;
 typedef void *NDArrayHandle;
 /*! \brief opaque handle to a KVStore */
 typedef void *KVStoreHandle;
+/*! \brief opaque handle to a profiling domain, task, frame, event or counter */
+typedef void *ProfileHandle;
 
 /*!
  * \brief user-defined updater for the int-key store.
@@ -760,6 +762,168 @@ int MXCustomOpRegister(const char *op_type,
                        CustomOpPropCreator creator);
 
 /*
+ Configures the profiler with MXNet's keys: `filename` (default profile.json), `profile_all`,
+ `profile_api` (store calls), `profile_imperative`/`profile_symbolic` (engine ops),
+ `profile_memory`, `aggregate_stats`, `continuous_dump`, `dump_period`, `profile_process`.
+ An unknown key or a bad value answers -1 and changes nothing.
+
+ Ownership: `keys` and `vals` are read during the call only.
+ */
+int MXSetProfilerConfig(int num_params,
+                        const char *const *keys,
+                        const char *const *vals);
+
+/*
+ [`MXSetProfilerConfig`] for a process. `kvstoreHandle` would only reach servers, which
+ need a distributed store (`profile_process` = "server" answers -1), so it is not read:
+ MXNet's Python frontend passes the last store it created, possibly freed since.
+
+ Ownership: `keys` and `vals` are read during the call only.
+ */
+int MXSetProcessProfilerConfig(int num_params,
+                               const char *const *keys,
+                               const char *const *vals,
+                               KVStoreHandle kvstoreHandle);
+
+/*
+ Starts (1) or stops (0) recording. Starting enables [`MXDumpProfile`].
+ */
+int MXSetProfilerState(int state);
+
+/*
+ [`MXSetProfilerState`] for `profile_process` 0 (worker); 1 (server) answers -1.
+ */
+int MXSetProcessProfilerState(int state,
+                              int profile_process,
+                              KVStoreHandle kvStoreHandle);
+
+/*
+ Writes what was recorded since the last dump to the configured file as a Chrome trace
+ (chrome://tracing, Perfetto). `finished` non-zero ends output until the next run. Before
+ the profiler has run: -1.
+ */
+int MXDumpProfile(int finished);
+
+/*
+ [`MXDumpProfile`] for `profile_process` 0 (worker); 1 (server) answers -1.
+ */
+int MXDumpProcessProfile(int finished,
+                         int profile_process,
+                         KVStoreHandle kvStoreHandle);
+
+/*
+ The aggregate statistics as MXNet's table; see [`MXAggregateProfileStatsPrintEx`].
+
+ Ownership: `*out_str` is borrowed, valid until the next such call on this thread.
+ */
+int MXAggregateProfileStatsPrint(const char **out_str,
+                                 int reset);
+
+/*
+ The aggregate statistics (`aggregate_stats`): per category and event name, count and
+ total/min/max/average milliseconds; `format` 0 table, 1 JSON; `sort_by` 0 total, 1 avg,
+ 2 min, 3 max, 4 count; `reset` non-zero clears them. Empty when `aggregate_stats` is off.
+
+ Ownership: `*out_str` is borrowed, valid until the next such call on this thread.
+ */
+int MXAggregateProfileStatsPrintEx(const char **out_str,
+                                   int reset,
+                                   int format,
+                                   int sort_by,
+                                   int ascending);
+
+/*
+ Pauses (non-zero) or resumes (0) recording while the profiler runs.
+ */
+int MXProfilePause(int paused);
+
+/*
+ [`MXProfilePause`] for `profile_process` 0 (worker); 1 (server) answers -1.
+ */
+int MXProcessProfilePause(int paused,
+                          int profile_process,
+                          KVStoreHandle kvStoreHandle);
+
+/*
+ A new domain: the category its tasks, frames, counters and markers appear under.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateDomain(const char *domain,
+                          ProfileHandle *out);
+
+/*
+ A new task of `domain`: a span that may start and stop on different threads.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateTask(ProfileHandle domain,
+                        const char *task_name,
+                        ProfileHandle *out);
+
+/*
+ A new frame of `domain`: a span on one thread.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateFrame(ProfileHandle domain,
+                         const char *frame_name,
+                         ProfileHandle *out);
+
+/*
+ A new event (category "event"): a span on one thread.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateEvent(const char *event_name,
+                         ProfileHandle *out);
+
+/*
+ A new counter of `domain`, starting at 0.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateCounter(ProfileHandle domain,
+                           const char *counter_name,
+                           ProfileHandle *out);
+
+/*
+ Frees a task, frame, event, counter or domain handle (recorded events stay).
+ */
+int MXProfileDestroyHandle(ProfileHandle frame_handle);
+
+/*
+ Starts a task, frame or event.
+ */
+int MXProfileDurationStart(ProfileHandle duration_handle);
+
+/*
+ Stops a started task, frame or event, recording its span while the profiler runs; -1 if
+ it was not started.
+ */
+int MXProfileDurationStop(ProfileHandle duration_handle);
+
+/*
+ Sets a counter.
+ */
+int MXProfileSetCounter(ProfileHandle counter_handle,
+                        uint64_t value);
+
+/*
+ Adds `value` (may be negative) to a counter; a result below 0 answers -1 and keeps it.
+ */
+int MXProfileAdjustCounter(ProfileHandle counter_handle,
+                           int64_t value);
+
+/*
+ Records an instant marker in `domain`; `scope` is "global", "process", "thread", "task"
+ or "marker".
+ */
+int MXProfileSetMarker(ProfileHandle domain,
+                       const char *instant_marker_name,
+                       const char *scope);
+
+/*
  The last error of the calling thread.
 
  Returns: a message naming the failed call and its cause, prefixed `MXNetError: `; empty
@@ -954,11 +1118,6 @@ int MXDataIterGetPadNum(void *handle,
  */
 int MXDataIterNext(void *handle,
                    int *out);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDumpProfile").
- */
-int MXDumpProfile(int finished);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEngineSetBulkSize").
@@ -1544,18 +1703,6 @@ int MXSetIsNumpyShape(int is_np_shape,
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetNumOMPThreads").
  */
 int MXSetNumOMPThreads(int thread_num);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetProfilerConfig").
- */
-int MXSetProfilerConfig(int num_params,
-                        const char *const *keys,
-                        const char *const *vals);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetProfilerState").
- */
-int MXSetProfilerState(int state);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCompose").

@@ -3,7 +3,8 @@
 # import-layering check, tests/layers.rs), the GPU kernels compiled by NVRTC for sm_70/80/90
 # and the GPU host logic (no GPU needed), the C programs (walkthrough,
 # differential against the reference libmxnet.so, bad input, threads; both again on the
-# x86_64 baseline loops), the header ABI check,
+# x86_64 baseline loops), the header ABI check, the install test (scripts/install.sh into a
+# temporary prefix; the walkthrough built with pkg-config and CMake against it),
 # the Python proof (the unchanged mxnet 1.9.1 package on both libraries), the distributed
 # harness (launcher unit tests; the dist C programs and MXNet's nightly dist scripts on the
 # reference's ps-lite and on libkvstore's MPI stores), and the C programs again under
@@ -32,6 +33,7 @@ cargo test --release
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
 KVSTORE_X86_BASELINE=1 cargo test --release --lib --test c_programs
+scripts/test-install.sh
 scripts/python-frontend.sh
 # Distributed stores: the reference (ps-lite) and libkvstore (MPI) legs both run; a libkvstore
 # leg that cannot run is a failure here, not a skip.

@@ -12,6 +12,7 @@ pub mod ffi;
 pub mod gpu;
 pub mod ndarray;
 pub mod ops;
+pub mod profiler;
 pub mod reduce;
 pub mod store;
 

@@ -141,6 +141,12 @@ fn async_error() {
 }
 
 #[test]
+fn profiler() {
+    let out = own("profiler");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("profiler: all checks passed"));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));

@@ -20,6 +20,17 @@ use std::sync::Arc;
 enum Object {
     NDArray(Option<NDArray>),
     KVStore(Arc<KVStore>),
+    Profile(crate::profiler::objects::Handle),
+}
+
+impl Object {
+    fn kind(&self) -> &'static str {
+        match self {
+            Object::NDArray(_) => "an NDArrayHandle",
+            Object::KVStore(_) => "a KVStoreHandle",
+            Object::Profile(_) => "a ProfileHandle",
+        }
+    }
 }
 
 // A handle is `generation << GEN_SHIFT | (index + 1) << 4`: never NULL, 16-byte aligned like
@@ -129,8 +140,8 @@ pub(crate) fn ndarrays(handles: &[*mut c_void], arg: &str) -> Result<Vec<NDArray
             None => {
                 let name = || format!("{arg}[{i}]");
                 match lookup_in(&registry, *h, &name, "NDArrayHandle")? {
-                    Object::KVStore(_) => crate::bail!("{} ({h:p}) is a KVStoreHandle, not an NDArrayHandle", name()),
                     Object::NDArray(_) => crate::bail!("{} ({h:p}) is an empty array (made by MXNDArrayCreateNone)", name()),
+                    other => crate::bail!("{} ({h:p}) is {}, not an NDArrayHandle", name(), other.kind()),
                 }
             }
         }
@@ -152,7 +163,7 @@ pub(crate) fn new_kvstore(store: KVStore) -> *mut c_void {
 pub(crate) fn ndarray_or_empty(handle: *mut c_void, arg: &str) -> Result<Option<NDArray>> {
     match lookup(handle, arg, "NDArrayHandle")? {
         Object::NDArray(array) => Ok(array),
-        Object::KVStore(_) => crate::bail!("{arg} ({handle:p}) is a KVStoreHandle, not an NDArrayHandle"),
+        other => crate::bail!("{arg} ({handle:p}) is {}, not an NDArrayHandle", other.kind()),
     }
 }
 
@@ -177,7 +188,7 @@ pub(crate) fn fill_empty(handles: &[*mut c_void], arrays: &[NDArray]) {
 pub(crate) fn kvstore(handle: *mut c_void, arg: &str) -> Result<Arc<KVStore>> {
     match lookup(handle, arg, "KVStoreHandle")? {
         Object::KVStore(store) => Ok(store),
-        Object::NDArray(_) => crate::bail!("{arg} ({handle:p}) is an NDArrayHandle, not a KVStoreHandle"),
+        other => crate::bail!("{arg} ({handle:p}) is {}, not a KVStoreHandle", other.kind()),
     }
 }
 
@@ -186,7 +197,7 @@ pub(crate) fn free_ndarray(handle: *mut c_void) -> Result<()> {
     let mut registry = REGISTRY.write();
     match lookup_in(&registry, handle, &|| "handle".to_string(), "NDArrayHandle")? {
         Object::NDArray(_) => registry.remove(handle),
-        Object::KVStore(_) => crate::bail!("handle ({handle:p}) is a KVStoreHandle, not an NDArrayHandle"),
+        other => crate::bail!("handle ({handle:p}) is {}, not an NDArrayHandle", other.kind()),
     }
     Ok(())
 }
@@ -196,12 +207,35 @@ pub(crate) fn free_kvstore(handle: *mut c_void) -> Result<()> {
     let mut registry = REGISTRY.write();
     let object = match lookup_in(&registry, handle, &|| "handle".to_string(), "KVStoreHandle")? {
         Object::KVStore(store) => store,
-        Object::NDArray(_) => crate::bail!("handle ({handle:p}) is an NDArrayHandle, not a KVStoreHandle"),
+        other => crate::bail!("handle ({handle:p}) is {}, not a KVStoreHandle", other.kind()),
     };
     registry.remove(handle);
     drop(registry);
     // The store's last reference may go here: drop it outside the registry lock.
     drop(object);
+    Ok(())
+}
+
+/// A new ProfileHandle.
+pub(crate) fn new_profile(object: crate::profiler::objects::Handle) -> *mut c_void {
+    REGISTRY.write().insert(Object::Profile(object))
+}
+
+/// The profiling object behind a ProfileHandle.
+pub(crate) fn profile(handle: *mut c_void, arg: &str) -> Result<crate::profiler::objects::Handle> {
+    match lookup(handle, arg, "ProfileHandle")? {
+        Object::Profile(p) => Ok(p),
+        other => crate::bail!("{arg} ({handle:p}) is {}, not a ProfileHandle", other.kind()),
+    }
+}
+
+/// Frees a ProfileHandle.
+pub(crate) fn free_profile(handle: *mut c_void, arg: &str) -> Result<()> {
+    let mut registry = REGISTRY.write();
+    match lookup_in(&registry, handle, &|| arg.to_string(), "ProfileHandle")? {
+        Object::Profile(_) => registry.remove(handle),
+        other => crate::bail!("{arg} ({handle:p}) is {}, not a ProfileHandle", other.kind()),
+    }
     Ok(())
 }
 

@@ -15,6 +15,7 @@ mod ndarray;
 mod ndarray_sparse;
 mod ops;
 mod quiet_panics;
+mod profiler;
 mod runtime;
 mod stubs;
 mod thread_buffers;

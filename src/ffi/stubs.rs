@@ -129,12 +129,6 @@ pub extern "C" fn MXDataIterNext(handle: *mut c_void, out: *mut c_int) -> c_int 
     ffi_boundary!({ unsupported("MXDataIterNext") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDumpProfile").
-#[no_mangle]
-pub extern "C" fn MXDumpProfile(finished: c_int) -> c_int {
-    ffi_boundary!({ unsupported("MXDumpProfile") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEngineSetBulkSize").
 #[no_mangle]
 pub extern "C" fn MXEngineSetBulkSize(bulk_size: c_int, prev_bulk_size: *mut c_int) -> c_int {
@@ -493,18 +487,6 @@ pub extern "C" fn MXSetIsNumpyShape(is_np_shape: c_int, prev: *mut c_int) -> c_i
 #[no_mangle]
 pub extern "C" fn MXSetNumOMPThreads(thread_num: c_int) -> c_int {
     ffi_boundary!({ unsupported("MXSetNumOMPThreads") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetProfilerConfig").
-#[no_mangle]
-pub extern "C" fn MXSetProfilerConfig(num_params: c_int, keys: *const *const c_char, vals: *const *const c_char) -> c_int {
-    ffi_boundary!({ unsupported("MXSetProfilerConfig") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetProfilerState").
-#[no_mangle]
-pub extern "C" fn MXSetProfilerState(state: c_int) -> c_int {
-    ffi_boundary!({ unsupported("MXSetProfilerState") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCompose").

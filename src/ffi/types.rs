@@ -12,6 +12,8 @@ pub type mx_uint = u32;
 pub type NDArrayHandle = *mut c_void;
 /// `typedef void *KVStoreHandle;`
 pub type KVStoreHandle = *mut c_void;
+/// `typedef void *ProfileHandle;`
+pub type ProfileHandle = *mut c_void;
 /// `typedef void (MXKVStoreUpdater)(int key, NDArrayHandle recv, NDArrayHandle local, void *handle);`
 pub type MXKVStoreUpdater = Option<unsafe extern "C" fn(c_int, NDArrayHandle, NDArrayHandle, *mut c_void)>;
 /// `typedef void (MXKVStoreStrUpdater)(const char *key, NDArrayHandle recv, NDArrayHandle local, void *handle);`

@@ -18,6 +18,7 @@ use crate::backend::{CompressedSumJob, GradientCompression, RowSparsePull, SumJo
 use crate::error::Result;
 use crate::ndarray::{Context, NDArray, StorageType};
 use entries::Entries;
+use crate::profiler::{self, Arg, Class};
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use plan::PushPlan;
 use std::ffi::CString;
@@ -125,6 +126,7 @@ impl KVStore {
 
     /// Stores deep copies of `values` under new keys.
     pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
+        let _trace = profiler::span(Class::Call, "init", || trace_args(&keys, values));
         if let Some(d) = &self.dist {
             return d.init(keys, values);
         }
@@ -145,6 +147,7 @@ impl KVStore {
     /// Sums the values of each key and applies the updater, or stores the sum.
     pub fn push(&self, keys: Keys, values: impl Into<Vec<NDArray>>, priority: i32) -> Result<()> {
         let values = values.into();
+        let _trace = profiler::span(Class::Call, "push", || trace_args(&keys, &values));
         if let Some(d) = &self.dist {
             return d.push(keys, values, priority);
         }
@@ -165,6 +168,7 @@ impl KVStore {
     /// Copies the stored values into `outs`; sparse outputs are skipped when `ignore_sparse`.
     pub fn pull(&self, keys: Keys, outs: impl Into<Vec<NDArray>>, priority: i32, ignore_sparse: bool) -> Result<()> {
         let outs = outs.into();
+        let _trace = profiler::span(Class::Call, "pull", || trace_args(&keys, &outs));
         if let Some(d) = &self.dist {
             return d.pull(keys, outs, priority, ignore_sparse);
         }
@@ -189,6 +193,7 @@ impl KVStore {
         priority: i32,
     ) -> Result<()> {
         let (values, outs) = (values.into(), outs.into());
+        let _trace = profiler::span(Class::Call, "pushpull", || trace_args(&vkeys, &values));
         if let Some(d) = &self.dist {
             return d.push_pull(vkeys, values, okeys, outs, priority);
         }
@@ -226,6 +231,7 @@ impl KVStore {
         priority: i32,
     ) -> Result<()> {
         let outs = outs.into();
+        let _trace = profiler::span(Class::Call, "broadcast", || trace_args(&vkeys, values));
         if let Some(d) = &self.dist {
             return d.broadcast(vkeys, values, okeys, outs, priority);
         }
@@ -291,6 +297,7 @@ impl KVStore {
     /// Pulls the rows `row_ids[i]` (any shape and dtype, unsorted, repeated) of each key into
     /// the row_sparse `outs[i]`: the output's rows are the sorted unique ids, absent rows zero.
     pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
+        let _trace = profiler::span(Class::Call, "pull_row_sparse", || trace_args(&keys, outs));
         if let Some(d) = &self.dist {
             return d.pull_row_sparse();
         }
@@ -405,6 +412,7 @@ impl KVStore {
     /// sum and pass its failure on to the stored value).
     fn call_updaters(&self, calls: Vec<UpdaterCall>) {
         for c in calls {
+            let _trace = profiler::span(Class::Call, "update", || vec![("bytes", Arg::Int(c.recv.data_byte_len() as i64))]);
             if let Err(failure) = c.recv.wait_to_read().and_then(|()| c.local.wait_to_write()) {
                 crate::engine::engine().push(&[], &[c.local.var()], 0, move |_| Err(failure));
                 continue;
@@ -419,6 +427,21 @@ struct UpdaterCall {
     recv: NDArray,
     local: NDArray,
     updaters: Updaters,
+}
+
+/// What a profiled call shows: its first key, how many arrays (key-value pairs) it passes,
+/// their bytes and the first array's context.
+fn trace_args(keys: &Keys, arrays: &[NDArray]) -> profiler::Args {
+    let key = match keys {
+        Keys::Int(k) => k.first().map(|k| Arg::Int(*k as i64)),
+        Keys::Str(k) => k.first().map(|k| Arg::Text((*k).to_string())),
+    };
+    let mut args = Vec::with_capacity(4);
+    args.extend(key.map(|k| ("key", k)));
+    args.push(("arrays", Arg::Int(arrays.len() as i64)));
+    args.push(("bytes", Arg::Int(arrays.iter().map(|a| a.data_byte_len() as i64).sum())));
+    args.extend(arrays.first().map(|a| ("context", Arg::Text(a.ctx().to_string()))));
+    args
 }
 
 fn check_len(keys: &Keys, n: usize) -> Result<()> {

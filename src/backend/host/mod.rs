@@ -10,6 +10,7 @@ use crate::base::buffer::{typed, typed_mut, Buffer};
 use crate::base::DType;
 use crate::engine::{engine, OpEnv, Var};
 use crate::error::Result;
+use crate::profiler::{self, Arg};
 use crate::ndarray::{NDArray, StorageType};
 use crate::reduce::sparse;
 use crate::reduce::{copy_cast_many, copy_cast_many_unfenced, fence_copies, sum_into};
@@ -29,9 +30,25 @@ pub(crate) static HOST: Host = Host;
 const TINY_BYTES: usize = 16 << 10;
 
 /// Schedules a batch's op: inline when tiny and ready (see [`TINY_BYTES`]), on a worker
-/// otherwise.
-fn submit(bytes: usize, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static) {
+/// otherwise. `name` and `keys`, with the bytes and the context of `shown`, are what the
+/// profiler shows for the op.
+#[allow(clippy::too_many_arguments)]
+fn submit(
+    name: &'static str,
+    keys: usize,
+    shown: &NDArray,
+    bytes: usize,
+    reads: &[&Var],
+    writes: &[&Var],
+    priority: i32,
+    work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
+) {
+    let work = profiler::traced(name, || op_args(keys, bytes, shown), work);
     engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work);
+}
+
+fn op_args(keys: usize, bytes: usize, shown: &NDArray) -> profiler::Args {
+    vec![("keys", Arg::Int(keys as i64)), ("bytes", Arg::Int(bytes as i64)), ("context", Arg::Text(shown.ctx().to_string()))]
 }
 
 impl Backend for Host {
@@ -46,7 +63,7 @@ impl Backend for Host {
         reads.extend(batch.iter().flat_map(|j| values[j.values.clone()].iter().map(|v| v.var())));
         let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
         let (values_for_op, batch_for_op) = (Arc::clone(values), Arc::clone(&batch));
-        submit(bytes, &reads, &writes, priority, move |env| run_sum_batch(order, &values_for_op, &batch_for_op, env));
+        submit("sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, move |env| run_sum_batch(order, &values_for_op, &batch_for_op, env));
     }
 
     fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
@@ -55,7 +72,7 @@ impl Backend for Host {
         let writes: Vec<&Var> =
             batch.iter().flat_map(|j| j.residuals.iter().map(|r| r.var()).chain(std::iter::once(j.dst.var()))).collect();
         let batch_for_op = Arc::clone(&batch);
-        submit(bytes, &reads, &writes, priority, move |_| batch_for_op.iter().try_for_each(run_compressed_sum));
+        submit("compressed_sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, move |_| batch_for_op.iter().try_for_each(run_compressed_sum));
     }
 
     fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, bytes: usize, priority: i32) {
@@ -64,7 +81,7 @@ impl Backend for Host {
         let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
         writes.extend(batch.iter().flat_map(|j| outs[j.dsts.clone()].iter().map(|d| d.var())));
         let (outs_for_op, batch_for_op) = (Arc::clone(outs), Arc::clone(&batch));
-        submit(bytes, &reads, &writes, priority, move |env| run_copy_batch(&outs_for_op, &batch_for_op, env));
+        submit("copy", batch.len(), outs.get(batch[0].dsts.start).unwrap_or(&batch[0].src), bytes, &reads, &writes, priority, move |env| run_copy_batch(&outs_for_op, &batch_for_op, env));
     }
 
     fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32) {
