@@ -14,6 +14,7 @@ export KVSTORE_REQUIRE_REFERENCE=1
 echo "reference library: $MXNET_LIBRARY"
 
 scripts/gen-header.sh --check
+scripts/gen-export-list.sh --check
 cargo test --release
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.

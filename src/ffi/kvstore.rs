@@ -23,7 +23,6 @@ use std::os::raw::{c_char, c_int, c_void};
 /// make a `local` store. Distributed names are refused until that support lands.
 /// Returns: 0, and the new handle in `*out`.
 /// Ownership: the caller frees the store with `MXKVStoreFree`.
-#[no_mangle]
 pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
     ffi_boundary!("MXKVStoreCreate", {
         let name = args::string(r#type, "type")?;
@@ -36,7 +35,6 @@ pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle
 /// Frees a store; arrays it handed out stay valid.
 ///
 /// Ownership: `handle` is invalid afterwards; pending operations finish first.
-#[no_mangle]
 pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     ffi_boundary!("MXKVStoreFree", { handle::free_kvstore(handle) })
 }
@@ -47,7 +45,6 @@ pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
 ///
 /// Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
 /// type, a threshold ≤ 0 or an unknown key. Ownership: the strings are copied.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSetGradientCompression(
     handle: KVStoreHandle,
     num_params: u32,
@@ -67,7 +64,6 @@ pub extern "C" fn MXKVStoreSetGradientCompression(
 ///
 /// Parameters: `num` keys and values. Returns: -1 if a key exists already (the store is then
 /// unchanged). Ownership: the caller keeps `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle) -> c_int {
     ffi_boundary!("MXKVStoreInit", { calls::init(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals) })
 }
@@ -75,7 +71,6 @@ pub extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_
 /// Initialises string keys with deep copies of `vals`; see `MXKVStoreInit`.
 ///
 /// Ownership: the caller keeps `keys` and `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle) -> c_int {
     ffi_boundary!("MXKVStoreInitEx", { calls::init(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals) })
 }
@@ -85,7 +80,6 @@ pub extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *c
 ///
 /// Returns: -1 for an uninitialised key, or a value whose shape or dtype differs from the
 /// stored one (nothing is pushed then). Ownership: the caller keeps `vals`; the store copies.
-#[no_mangle]
 pub extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
     ffi_boundary!("MXKVStorePush", { calls::push(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority) })
 }
@@ -93,7 +87,6 @@ pub extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_
 /// Pushes values to string keys; see `MXKVStorePush`.
 ///
 /// Ownership: the caller keeps `keys` and `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePushEx(
     handle: KVStoreHandle,
     num: u32,
@@ -107,7 +100,6 @@ pub extern "C" fn MXKVStorePushEx(
 /// Pulls int keys into `vals`; sparse outputs are skipped unless `ignore_sparse` is false.
 ///
 /// Ownership: the caller keeps `vals`, which the store writes.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullWithSparse(
     handle: KVStoreHandle,
     num: u32,
@@ -124,7 +116,6 @@ pub extern "C" fn MXKVStorePullWithSparse(
 /// Pulls string keys; see `MXKVStorePullWithSparse`.
 ///
 /// Ownership: the caller keeps `keys` and `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullWithSparseEx(
     handle: KVStoreHandle,
     num: u32,
@@ -141,7 +132,6 @@ pub extern "C" fn MXKVStorePullWithSparseEx(
 /// Pulls int keys into dense outputs; sparse outputs are skipped (as MXNet does).
 ///
 /// Ownership: the caller keeps `vals`, which the store writes.
-#[no_mangle]
 pub extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
     ffi_boundary!("MXKVStorePull", { calls::pull(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority, true) })
 }
@@ -149,7 +139,6 @@ pub extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_
 /// Pulls string keys into dense outputs; see `MXKVStorePull`.
 ///
 /// Ownership: the caller keeps `keys` and `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullEx(
     handle: KVStoreHandle,
     num: u32,
@@ -167,7 +156,6 @@ pub extern "C" fn MXKVStorePullEx(
 /// Returns: -1 for a dense output, dense stored value or sparse row ids.
 ///
 /// Ownership: the caller keeps `vals` and `row_ids`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullRowSparse(
     handle: KVStoreHandle,
     num: u32,
@@ -184,7 +172,6 @@ pub extern "C" fn MXKVStorePullRowSparse(
 /// Pulls rows of string keys; see `MXKVStorePullRowSparse`.
 ///
 /// Ownership: the caller keeps `keys`, `vals` and `row_ids`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullRowSparseEx(
     handle: KVStoreHandle,
     num: u32,
@@ -201,7 +188,6 @@ pub extern "C" fn MXKVStorePullRowSparseEx(
 /// Initialises `vkeys` with `vals`, then pulls `okeys` into `outs`.
 ///
 /// Ownership: the caller keeps every array.
-#[no_mangle]
 pub extern "C" fn MXKVStoreBroadcast(
     handle: KVStoreHandle,
     vnum: mx_uint,
@@ -221,7 +207,6 @@ pub extern "C" fn MXKVStoreBroadcast(
 /// Broadcast with string keys; see `MXKVStoreBroadcast`.
 ///
 /// Ownership: the caller keeps every array.
-#[no_mangle]
 pub extern "C" fn MXKVStoreBroadcastEx(
     handle: KVStoreHandle,
     vnum: mx_uint,
@@ -242,7 +227,6 @@ pub extern "C" fn MXKVStoreBroadcastEx(
 /// before any pull writes, so `outs` may be `vals` (in-place allreduce).
 ///
 /// Ownership: the caller keeps every array.
-#[no_mangle]
 pub extern "C" fn MXKVStorePushPull(
     handle: KVStoreHandle,
     vnum: mx_uint,
@@ -262,7 +246,6 @@ pub extern "C" fn MXKVStorePushPull(
 /// Push-pull with string keys; see `MXKVStorePushPull`.
 ///
 /// Ownership: the caller keeps every array.
-#[no_mangle]
 pub extern "C" fn MXKVStorePushPullEx(
     handle: KVStoreHandle,
     vnum: mx_uint,
@@ -285,7 +268,6 @@ pub extern "C" fn MXKVStorePushPullEx(
 ///
 /// Ownership: `recv` and `local` are new handles the updater must `MXNDArrayFree`; it changes
 /// the store by writing `local` in place. `updater_handle` is passed back untouched.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: MXKVStoreUpdater, updater_handle: *mut c_void) -> c_int {
     ffi_boundary!("MXKVStoreSetUpdater", {
         calls::store(handle)?.set_int_updater(updater::int_updater(updater, updater_handle));
@@ -297,7 +279,6 @@ pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: MXKVStoreU
 /// `MXKVStoreSetUpdater`.
 ///
 /// Ownership: as for `MXKVStoreSetUpdater`; the key string is valid during the call only.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSetUpdaterEx(
     handle: KVStoreHandle,
     updater: MXKVStoreUpdater,
@@ -316,7 +297,6 @@ pub extern "C" fn MXKVStoreSetUpdaterEx(
 /// The store's type name, lower-cased.
 ///
 /// Ownership: `*type` is borrowed from the store and valid until `MXKVStoreFree`.
-#[no_mangle]
 pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_char) -> c_int {
     ffi_boundary!("MXKVStoreGetType", {
         let out = Out::new(r#type, "type")?;
@@ -328,7 +308,6 @@ pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_
 /// This worker's rank: 0 for non-distributed stores.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     ffi_boundary!("MXKVStoreGetRank", {
         let out = Out::new(ret, "ret")?;
@@ -340,7 +319,6 @@ pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_
 /// The number of workers: 1 for non-distributed stores.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     ffi_boundary!("MXKVStoreGetGroupSize", {
         let out = Out::new(ret, "ret")?;
@@ -352,7 +330,6 @@ pub extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) 
 /// 1 if this process is a worker (`DMLC_ROLE` unset or `worker`), else 0.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
     ffi_boundary!("MXKVStoreIsWorkerNode", { runtime::role_is(ret, "worker") })
 }
@@ -360,7 +337,6 @@ pub extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
 /// 1 if this process is a server (`DMLC_ROLE=server`), else 0.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
     ffi_boundary!("MXKVStoreIsServerNode", { runtime::role_is(ret, "server") })
 }
@@ -368,7 +344,6 @@ pub extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
 /// 1 if this process is the scheduler (`DMLC_ROLE=scheduler`), else 0.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
     ffi_boundary!("MXKVStoreIsSchedulerNode", { runtime::role_is(ret, "scheduler") })
 }
@@ -376,7 +351,6 @@ pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
 /// A barrier over all workers: returns at once for non-distributed stores.
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
     ffi_boundary!("MXKVStoreBarrier", {
         calls::store(handle)?;
@@ -387,7 +361,6 @@ pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
 /// Whether freeing a distributed store waits at a barrier first; recorded, no effect locally.
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_before_exit: c_int) -> c_int {
     ffi_boundary!("MXKVStoreSetBarrierBeforeExit", {
         calls::store(handle)?.set_barrier_before_exit(barrier_before_exit != 0);
@@ -399,7 +372,6 @@ pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_b
 /// never called).
 ///
 /// Ownership: `controller_handle` is passed back untouched.
-#[no_mangle]
 pub extern "C" fn MXKVStoreRunServer(
     handle: KVStoreHandle,
     controller: MXKVStoreServerController,
@@ -416,7 +388,6 @@ pub extern "C" fn MXKVStoreRunServer(
 /// is MXNet's spelling, kept for ABI compatibility.)
 ///
 /// Ownership: `cmd_body` is read during the call only.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: c_int, cmd_body: *const c_char) -> c_int {
     let _ = cmd_id;
     ffi_boundary!("MXKVStoreSendCommmandToServers", {
@@ -429,7 +400,6 @@ pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: 
 /// The number of dead nodes in the groups of `node_id`: 0 for non-distributed stores.
 ///
 /// Ownership: `*number` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int, number: *mut c_int, timeout_sec: c_int) -> c_int {
     let _ = (node_id, timeout_sec);
     ffi_boundary!("MXKVStoreGetNumDeadNode", {
@@ -443,7 +413,6 @@ pub extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int,
 /// Sets the parameter-server environment (`DMLC_*` values) for distributed stores.
 ///
 /// Ownership: the strings are copied.
-#[no_mangle]
 pub extern "C" fn MXInitPSEnv(num_vars: u32, keys: *mut *const c_char, vals: *mut *const c_char) -> c_int {
     ffi_boundary!("MXInitPSEnv", {
         let keys = args::strings(keys, args::len(num_vars), "keys")?;

@@ -6,6 +6,7 @@
 mod boundary;
 mod args;
 mod cstr_table;
+mod exports;
 mod features;
 mod handle;
 mod kvstore;

@@ -63,7 +63,6 @@ fn write_names(out_size: Out<u32>, out_array: Out<*mut *const c_char>) {
 /// Every registered op name, aliases included.
 ///
 /// Ownership: the array and strings belong to the library and live for the process.
-#[no_mangle]
 pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
     ffi_boundary!("MXListAllOpNames", {
         write_names(Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -74,7 +73,6 @@ pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *con
 /// nnvm's [`MXListAllOpNames`].
 ///
 /// Ownership: the array and strings belong to the library and live for the process.
-#[no_mangle]
 pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
     ffi_boundary!("NNListAllOpNames", {
         write_names(Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -85,7 +83,6 @@ pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *con
 /// The handle of the op named `op_name` (canonical name or alias).
 ///
 /// Ownership: `*op_out` is a token valid for the process; it is never freed.
-#[no_mangle]
 pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void) -> c_int {
     ffi_boundary!("NNGetOpHandle", {
         let out = Out::new(op_out, "op_out")?;
@@ -98,7 +95,6 @@ pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void
 /// One handle per op (aliases not repeated).
 ///
 /// Ownership: the array belongs to the library and lives for the process.
-#[no_mangle]
 pub extern "C" fn MXSymbolListAtomicSymbolCreators(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
     ffi_boundary!("MXSymbolListAtomicSymbolCreators", {
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -113,7 +109,6 @@ pub extern "C" fn MXSymbolListAtomicSymbolCreators(out_size: *mut u32, out_array
 /// MXNet writes for every op.
 ///
 /// Ownership: every string and array belongs to the library and lives for the process.
-#[no_mangle]
 pub extern "C" fn MXSymbolGetAtomicSymbolInfo(
     creator: *mut c_void,
     name: *mut *const c_char,
@@ -230,7 +225,6 @@ fn invoke(
 ///
 /// Ownership: allocated output handles belong to the caller (`MXNDArrayFree`); the array
 /// holding them belongs to the library, valid until the next invoke on this thread.
-#[no_mangle]
 pub extern "C" fn MXImperativeInvoke(
     creator: *mut c_void,
     num_inputs: c_int,
@@ -250,7 +244,6 @@ pub extern "C" fn MXImperativeInvoke(
 /// (0 default, 1 row_sparse).
 ///
 /// Ownership: as `MXImperativeInvoke`; `*out_stypes` is valid until the next invoke on this thread.
-#[no_mangle]
 pub extern "C" fn MXImperativeInvokeEx(
     creator: *mut c_void,
     num_inputs: c_int,
@@ -272,7 +265,6 @@ pub extern "C" fn MXImperativeInvokeEx(
 /// registry instead).
 ///
 /// Ownership: `*out_array` belongs to the library.
-#[no_mangle]
 pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *const c_void) -> c_int {
     ffi_boundary!("MXListFunctions", {
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -285,7 +277,6 @@ pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *cons
 /// The packed-function registry (MXNet's `_api_internal` / numpy FFI): empty in libkvstore.
 ///
 /// Ownership: `*out_array` belongs to the library.
-#[no_mangle]
 pub extern "C" fn MXNetFuncListGlobalNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
     ffi_boundary!("MXNetFuncListGlobalNames", {
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -299,7 +290,6 @@ pub extern "C" fn MXNetFuncListGlobalNames(out_size: *mut u32, out_array: *mut *
 /// frontend registers its own ops at import) but never runs custom ops.
 ///
 /// Ownership: `op_type` is read during the call only.
-#[no_mangle]
 pub extern "C" fn MXCustomOpRegister(op_type: *const c_char, creator: super::types::CustomOpPropCreator) -> c_int {
     let _ = creator;
     ffi_boundary!("MXCustomOpRegister", {

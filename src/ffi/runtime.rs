@@ -17,7 +17,6 @@ pub const MXNET_VERSION: c_int = 10901;
 /// Returns: a message naming the failed call and its cause, prefixed `MXNetError: `; empty
 /// if no call has failed on this thread.
 /// Ownership: borrowed; valid until the next failing call on the same thread.
-#[no_mangle]
 pub extern "C" fn MXGetLastError() -> *const c_char {
     super::last_error::as_ptr()
 }
@@ -25,7 +24,6 @@ pub extern "C" fn MXGetLastError() -> *const c_char {
 /// The MXNet version this library stands in for (10901 = 1.9.1).
 ///
 /// Ownership: `*out` is written on success.
-#[no_mangle]
 pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
     ffi_boundary!("MXGetVersion", {
         Out::new(out, "out")?.write(MXNET_VERSION);
@@ -36,7 +34,6 @@ pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
 /// Waits for all pending operations before the process exits.
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXNotifyShutdown() -> c_int {
     ffi_boundary!("MXNotifyShutdown", {
         crate::engine::engine().wait_all();
@@ -47,7 +44,6 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
 /// The number of usable GPUs: 0 without CUDA.
 ///
 /// Ownership: `*out` is written on success.
-#[no_mangle]
 pub extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
     ffi_boundary!("MXGetGPUCount", {
         Out::new(out, "out")?.write(crate::gpu::device_count());
@@ -81,7 +77,6 @@ pub(crate) fn role_is(ret: *mut c_int, role: &str) -> Result<()> {
 /// nnvm's spelling of [`MXGetLastError`]: the same thread-local message.
 ///
 /// Ownership: borrowed; valid until the next failing call on the same thread.
-#[no_mangle]
 pub extern "C" fn NNGetLastError() -> *const c_char {
     super::last_error::as_ptr()
 }
@@ -90,7 +85,6 @@ pub extern "C" fn NNGetLastError() -> *const c_char {
 /// through it). A NULL or non-UTF-8 `msg` records that fact instead.
 ///
 /// Ownership: `msg` is read during the call only.
-#[no_mangle]
 pub extern "C" fn NNAPISetLastError(msg: *const c_char) {
     // The C signature returns void, so the boundary's status has nowhere to go: a failure
     // has already been recorded as the last error, which is what this call is for.
