@@ -8,6 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod ffi;
 pub mod gpu;
+pub mod hosted;
 pub mod ndarray;
 pub mod ops;
 pub mod reduce;
