@@ -20,4 +20,6 @@ cargo test --release
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
 KVSTORE_X86_BASELINE=1 cargo test --release --lib --test c_programs
 scripts/python-frontend.sh
+# Hosted mode: unchanged training scripts on pure MXNet and with libkvstore hosting its store.
+tests/hosted/run.sh
 bash ctests/run_sanitized.sh

@@ -55,7 +55,10 @@ fn dl_type(dtype: DType) -> Result<(u8, u8)> {
         DType::Int8 => (INT, 8),
         DType::Int32 => (INT, 32),
         DType::Int64 => (INT, 64),
-        other => crate::bail!("dtype {} is not supported by the hosted store yet", other.name()),
+        other => crate::bail!(
+            "dtype {} is not supported by the hosted store yet",
+            other.name()
+        ),
     })
 }
 
@@ -75,7 +78,8 @@ impl HostArray {
     pub fn new(host: &Host, dtype: DType, shape: &[i64]) -> Result<HostArray> {
         let (code, bits) = dl_type(dtype)?;
         let elements: i64 = shape.iter().product();
-        let len = usize::try_from(elements).map_err(|_| crate::Error::new("negative shape"))? * dtype.size();
+        let len = usize::try_from(elements).map_err(|_| crate::Error::new("negative shape"))?
+            * dtype.size();
         let mut owned = Box::new(Owned {
             managed: DLManagedTensor {
                 dl_tensor: DLTensor {
@@ -118,6 +122,9 @@ impl HostArray {
 
     /// Waits for the host's pending ops on it, then drops this handle.
     pub fn free(self, host: &Host) {
+        if super::shut_down() {
+            return;
+        }
         // SAFETY: a live handle this store owns; nothing uses it afterwards.
         unsafe {
             (host.api.wait_to_write)(self.handle);

@@ -32,7 +32,10 @@ fn call(name: &str, body: impl FnOnce(&'static Host) -> Result<()>) -> c_int {
 }
 
 fn store<'a>(handle: KVStoreHandle) -> Result<&'a HostedStore> {
-    let known = STORES.lock().as_ref().is_some_and(|s| s.contains(&(handle as usize)));
+    let known = STORES
+        .lock()
+        .as_ref()
+        .is_some_and(|s| s.contains(&(handle as usize)));
     crate::ensure!(known, "invalid KVStore handle {handle:p}");
     // SAFETY: a live `Box<HostedStore>` registered in STORES; freed only by MXKVStoreFree,
     // which the C contract forbids racing with other calls on the same handle.
@@ -54,7 +57,10 @@ fn int_keys(ptr: *const c_int, n: u32) -> Result<Vec<Key>> {
     }
     crate::ensure!(!ptr.is_null(), "keys is NULL with {n} entries");
     // SAFETY: `n` ints at `ptr`.
-    Ok(unsafe { std::slice::from_raw_parts(ptr, n as usize) }.iter().map(|&k| Key::Int(k)).collect())
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n as usize) }
+        .iter()
+        .map(|&k| Key::Int(k))
+        .collect())
 }
 
 fn str_keys(ptr: *const *const c_char, n: u32) -> Result<Vec<Key>> {
@@ -68,7 +74,9 @@ fn str_keys(ptr: *const *const c_char, n: u32) -> Result<Vec<Key>> {
         .map(|&p| {
             crate::ensure!(!p.is_null(), "a key is NULL");
             // SAFETY: NUL-terminated strings (MXNet's contract).
-            let s = unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| crate::Error::new("a key is not UTF-8"))?;
+            let s = unsafe { CStr::from_ptr(p) }
+                .to_str()
+                .map_err(|_| crate::Error::new("a key is not UTF-8"))?;
             Ok(Key::Str(s.to_string()))
         })
         .collect()
@@ -76,11 +84,17 @@ fn str_keys(ptr: *const *const c_char, n: u32) -> Result<Vec<Key>> {
 
 extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
     call("MXKVStoreCreate", |_| {
-        crate::ensure!(!r#type.is_null() && !out.is_null(), "type and out must not be NULL");
+        crate::ensure!(
+            !r#type.is_null() && !out.is_null(),
+            "type and out must not be NULL"
+        );
         // SAFETY: a NUL-terminated string (checked non-NULL).
         let name = unsafe { CStr::from_ptr(r#type) }.to_string_lossy();
         let raw = Box::into_raw(Box::new(HostedStore::new(&name)?));
-        STORES.lock().get_or_insert_with(HashSet::new).insert(raw as usize);
+        STORES
+            .lock()
+            .get_or_insert_with(HashSet::new)
+            .insert(raw as usize);
         // SAFETY: checked non-NULL.
         unsafe { *out = raw as KVStoreHandle };
         Ok(())
@@ -98,23 +112,79 @@ extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     })
 }
 
-extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle) -> c_int {
-    call("MXKVStoreInit", |h| store(handle)?.init(h, int_keys(keys, num)?, handles(vals, num, "vals")?))
+extern "C" fn MXKVStoreInit(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+) -> c_int {
+    call("MXKVStoreInit", |h| {
+        store(handle)?.init(h, int_keys(keys, num)?, handles(vals, num, "vals")?)
+    })
 }
-extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle) -> c_int {
-    call("MXKVStoreInitEx", |h| store(handle)?.init(h, str_keys(keys, num)?, handles(vals, num, "vals")?))
+extern "C" fn MXKVStoreInitEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+) -> c_int {
+    call("MXKVStoreInitEx", |h| {
+        store(handle)?.init(h, str_keys(keys, num)?, handles(vals, num, "vals")?)
+    })
 }
-extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
-    call("MXKVStorePush", |h| store(handle)?.push(h, int_keys(keys, num)?, handles(vals, num, "vals")?, priority))
+extern "C" fn MXKVStorePush(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    call("MXKVStorePush", |h| {
+        store(handle)?.push(
+            h,
+            int_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            priority,
+        )
+    })
 }
-extern "C" fn MXKVStorePushEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
-    call("MXKVStorePushEx", |h| store(handle)?.push(h, str_keys(keys, num)?, handles(vals, num, "vals")?, priority))
+extern "C" fn MXKVStorePushEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    call("MXKVStorePushEx", |h| {
+        store(handle)?.push(
+            h,
+            str_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            priority,
+        )
+    })
 }
-extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, _priority: c_int) -> c_int {
-    call("MXKVStorePull", |h| store(handle)?.pull(h, int_keys(keys, num)?, handles(vals, num, "vals")?, true))
+extern "C" fn MXKVStorePull(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    _priority: c_int,
+) -> c_int {
+    call("MXKVStorePull", |h| {
+        store(handle)?.pull(h, int_keys(keys, num)?, handles(vals, num, "vals")?, true)
+    })
 }
-extern "C" fn MXKVStorePullEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, _priority: c_int) -> c_int {
-    call("MXKVStorePullEx", |h| store(handle)?.pull(h, str_keys(keys, num)?, handles(vals, num, "vals")?, true))
+extern "C" fn MXKVStorePullEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    _priority: c_int,
+) -> c_int {
+    call("MXKVStorePullEx", |h| {
+        store(handle)?.pull(h, str_keys(keys, num)?, handles(vals, num, "vals")?, true)
+    })
 }
 extern "C" fn MXKVStorePullWithSparse(
     handle: KVStoreHandle,
@@ -124,7 +194,14 @@ extern "C" fn MXKVStorePullWithSparse(
     _priority: c_int,
     ignore_sparse: bool,
 ) -> c_int {
-    call("MXKVStorePullWithSparse", |h| store(handle)?.pull(h, int_keys(keys, num)?, handles(vals, num, "vals")?, ignore_sparse))
+    call("MXKVStorePullWithSparse", |h| {
+        store(handle)?.pull(
+            h,
+            int_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            ignore_sparse,
+        )
+    })
 }
 extern "C" fn MXKVStorePullWithSparseEx(
     handle: KVStoreHandle,
@@ -134,7 +211,14 @@ extern "C" fn MXKVStorePullWithSparseEx(
     _priority: c_int,
     ignore_sparse: bool,
 ) -> c_int {
-    call("MXKVStorePullWithSparseEx", |h| store(handle)?.pull(h, str_keys(keys, num)?, handles(vals, num, "vals")?, ignore_sparse))
+    call("MXKVStorePullWithSparseEx", |h| {
+        store(handle)?.pull(
+            h,
+            str_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            ignore_sparse,
+        )
+    })
 }
 
 extern "C" fn MXKVStorePushPull(
@@ -149,8 +233,18 @@ extern "C" fn MXKVStorePushPull(
 ) -> c_int {
     call("MXKVStorePushPull", |h| {
         let s = store(handle)?;
-        s.push(h, int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?, priority)?;
-        s.pull(h, int_keys(okeys, onum)?, handles(outs, onum, "outs")?, true)
+        s.push(
+            h,
+            int_keys(vkeys, vnum)?,
+            handles(vals, vnum, "vals")?,
+            priority,
+        )?;
+        s.pull(
+            h,
+            int_keys(okeys, onum)?,
+            handles(outs, onum, "outs")?,
+            true,
+        )
     })
 }
 extern "C" fn MXKVStorePushPullEx(
@@ -165,8 +259,18 @@ extern "C" fn MXKVStorePushPullEx(
 ) -> c_int {
     call("MXKVStorePushPullEx", |h| {
         let s = store(handle)?;
-        s.push(h, str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?, priority)?;
-        s.pull(h, str_keys(okeys, onum)?, handles(outs, onum, "outs")?, true)
+        s.push(
+            h,
+            str_keys(vkeys, vnum)?,
+            handles(vals, vnum, "vals")?,
+            priority,
+        )?;
+        s.pull(
+            h,
+            str_keys(okeys, onum)?,
+            handles(outs, onum, "outs")?,
+            true,
+        )
     })
 }
 extern "C" fn MXKVStoreBroadcast(
@@ -182,7 +286,12 @@ extern "C" fn MXKVStoreBroadcast(
     call("MXKVStoreBroadcast", |h| {
         let s = store(handle)?;
         s.init(h, int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?)?;
-        s.pull(h, int_keys(okeys, onum)?, handles(outs, onum, "outs")?, true)
+        s.pull(
+            h,
+            int_keys(okeys, onum)?,
+            handles(outs, onum, "outs")?,
+            true,
+        )
     })
 }
 extern "C" fn MXKVStoreBroadcastEx(
@@ -198,11 +307,20 @@ extern "C" fn MXKVStoreBroadcastEx(
     call("MXKVStoreBroadcastEx", |h| {
         let s = store(handle)?;
         s.init(h, str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?)?;
-        s.pull(h, str_keys(okeys, onum)?, handles(outs, onum, "outs")?, true)
+        s.pull(
+            h,
+            str_keys(okeys, onum)?,
+            handles(outs, onum, "outs")?,
+            true,
+        )
     })
 }
 
-extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: MXKVStoreUpdater, updater_handle: *mut c_void) -> c_int {
+extern "C" fn MXKVStoreSetUpdater(
+    handle: KVStoreHandle,
+    updater: MXKVStoreUpdater,
+    updater_handle: *mut c_void,
+) -> c_int {
     call("MXKVStoreSetUpdater", |_| {
         store(handle)?.set_updaters(updater, None, updater_handle);
         Ok(())
@@ -243,14 +361,24 @@ extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int 
 extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     call("MXKVStoreGetGroupSize", |_| write_int(handle, ret, 1))
 }
-extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, _node_id: c_int, number: *mut c_int, _timeout_sec: c_int) -> c_int {
+extern "C" fn MXKVStoreGetNumDeadNode(
+    handle: KVStoreHandle,
+    _node_id: c_int,
+    number: *mut c_int,
+    _timeout_sec: c_int,
+) -> c_int {
     call("MXKVStoreGetNumDeadNode", |_| write_int(handle, number, 0))
 }
 extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
     call("MXKVStoreBarrier", |_| store(handle).map(|_| ()))
 }
-extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, _barrier_before_exit: c_int) -> c_int {
-    call("MXKVStoreSetBarrierBeforeExit", |_| store(handle).map(|_| ()))
+extern "C" fn MXKVStoreSetBarrierBeforeExit(
+    handle: KVStoreHandle,
+    _barrier_before_exit: c_int,
+) -> c_int {
+    call("MXKVStoreSetBarrierBeforeExit", |_| {
+        store(handle).map(|_| ())
+    })
 }
 
 /// Calls the hosted store does not serve yet: a clear -1.
@@ -266,6 +394,7 @@ extern "C" fn MXNotifyShutdown() -> c_int {
     // SAFETY: the host's MXNDArrayWaitAll and MXNotifyShutdown take no arguments.
     unsafe {
         (host.api.wait_all)();
+        super::SHUT_DOWN.store(true, std::sync::atomic::Ordering::Release);
         (host.api.notify_shutdown)()
     }
 }

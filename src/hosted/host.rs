@@ -59,11 +59,16 @@ impl Host {
     /// Opens `path`, refusing anything but MXNet 1.9.x.
     pub fn load(path: &str) -> Result<Host> {
         // SAFETY: loading a library runs its initialisers; the user named it as an MXNet build.
-        let library = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
-            .map_err(|e| crate::Error::new(format!("{}={path}: cannot load it: {e}", super::HOST_LIBRARY_VAR)))?;
+        let library = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| {
+            crate::Error::new(format!(
+                "{}={path}: cannot load it: {e}",
+                super::HOST_LIBRARY_VAR
+            ))
+        })?;
         let version = {
             // SAFETY: MXGetVersion(int*) in every MXNet; the out-pointer is a live local.
-            let get: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { symbol(&library, path, "MXGetVersion")? };
+            let get: unsafe extern "C" fn(*mut c_int) -> c_int =
+                unsafe { symbol(&library, path, "MXGetVersion")? };
             let mut v = 0;
             // SAFETY: as above.
             if unsafe { get(&mut v) } != 0 {
@@ -101,15 +106,28 @@ impl Host {
         let mut op = std::ptr::null_mut();
         // SAFETY: a NUL-terminated name and a live out-pointer.
         let rc = unsafe { (api.get_op_handle)(c"_copyto".as_ptr(), &mut op) };
-        crate::ensure!(rc == 0 && !op.is_null(), "{}={path}: the host has no _copyto operator", super::HOST_LIBRARY_VAR);
-        Ok(Host { library, api, copyto: op as usize })
+        crate::ensure!(
+            rc == 0 && !op.is_null(),
+            "{}={path}: the host has no _copyto operator",
+            super::HOST_LIBRARY_VAR
+        );
+        Ok(Host {
+            library,
+            api,
+            copyto: op as usize,
+        })
     }
 
     /// The address of the host's function `name`, if it exports it.
     pub fn address(&self, name: &str) -> Option<*mut ()> {
         let name = CString::new(name).ok()?;
         // SAFETY: only the address is taken; nothing is called here.
-        unsafe { self.library.get::<*mut ()>(name.as_bytes_with_nul()).ok().map(|s| *s) }
+        unsafe {
+            self.library
+                .get::<*mut ()>(name.as_bytes_with_nul())
+                .ok()
+                .map(|s| *s)
+        }
     }
 
     /// The host's last error, for a failed host call.
@@ -159,7 +177,10 @@ impl Host {
     pub fn shallow_copy(&self, array: NDArrayHandle) -> Result<NDArrayHandle> {
         let mut out = std::ptr::null_mut();
         // SAFETY: a live host handle and a live out-pointer.
-        self.check(unsafe { (self.api.shallow_copy)(array, &mut out) }, "MXShallowCopyNDArray")?;
+        self.check(
+            unsafe { (self.api.shallow_copy)(array, &mut out) },
+            "MXShallowCopyNDArray",
+        )?;
         Ok(out)
     }
 
@@ -168,14 +189,23 @@ impl Host {
         let (mut ndim, mut dims, mut dtype, mut stype) = (0, std::ptr::null(), 0, 0);
         // SAFETY: a host handle from the caller and live out-pointers.
         unsafe {
-            self.check((self.api.get_shape_ex)(array, &mut ndim, &mut dims), "MXNDArrayGetShapeEx")?;
+            self.check(
+                (self.api.get_shape_ex)(array, &mut ndim, &mut dims),
+                "MXNDArrayGetShapeEx",
+            )?;
             let shape = if ndim > 0 && !dims.is_null() {
-                std::slice::from_raw_parts(dims, ndim as usize).iter().map(|&d| d as i64).collect()
+                std::slice::from_raw_parts(dims, ndim as usize)
+                    .iter()
+                    .map(|&d| d as i64)
+                    .collect()
             } else {
                 Vec::new()
             };
             self.check((self.api.get_dtype)(array, &mut dtype), "MXNDArrayGetDType")?;
-            self.check((self.api.get_storage_type)(array, &mut stype), "MXNDArrayGetStorageType")?;
+            self.check(
+                (self.api.get_storage_type)(array, &mut stype),
+                "MXNDArrayGetStorageType",
+            )?;
             Ok((shape, dtype, stype))
         }
     }
@@ -198,5 +228,10 @@ unsafe fn symbol<T: Copy>(library: &Library, path: &str, name: &str) -> Result<T
     // SAFETY: the caller guarantees the type.
     unsafe { library.get::<T>(c.as_bytes_with_nul()) }
         .map(|s| *s)
-        .map_err(|e| crate::Error::new(format!("{}={path}: it does not export {name}: {e}", super::HOST_LIBRARY_VAR)))
+        .map_err(|e| {
+            crate::Error::new(format!(
+                "{}={path}: it does not export {name}: {e}",
+                super::HOST_LIBRARY_VAR
+            ))
+        })
 }

@@ -19,6 +19,15 @@ pub const HOST_LIBRARY_VAR: &str = "KVSTORE_HOST_LIBRARY";
 
 static HOST: OnceLock<host::Host> = OnceLock::new();
 
+/// Set once `MXNotifyShutdown` has stopped the host's engine: after that nothing may wait on
+/// the host (a store freed during interpreter teardown would wait forever), so store memory
+/// is left to the exiting process.
+static SHUT_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(crate) fn shut_down() -> bool {
+    SHUT_DOWN.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// The loaded host library, in hosted mode.
 pub(crate) fn host() -> Option<&'static host::Host> {
     HOST.get()
@@ -27,7 +36,9 @@ pub(crate) fn host() -> Option<&'static host::Host> {
 /// Runs when libkvstore.so is loaded, before any exported function can be called: the slots
 /// must be filled before the first call, and the process is still single-threaded here.
 extern "C" fn load_host_from_environment() {
-    let Some(path) = std::env::var_os(HOST_LIBRARY_VAR) else { return };
+    let Some(path) = std::env::var_os(HOST_LIBRARY_VAR) else {
+        return;
+    };
     // No panic may unwind out of a loader constructor.
     let outcome = std::panic::catch_unwind(|| host::Host::load(&path.to_string_lossy()));
     match outcome {

@@ -8,7 +8,12 @@ use std::sync::OnceLock;
 
 /// Names that stay libkvstore's own in hosted mode: process-level calls that need no host
 /// array or store handle.
-const KEPT_NATIVE: [&str; 4] = ["MXInitPSEnv", "MXKVStoreIsWorkerNode", "MXKVStoreIsServerNode", "MXKVStoreIsSchedulerNode"];
+const KEPT_NATIVE: [&str; 4] = [
+    "MXInitPSEnv",
+    "MXKVStoreIsWorkerNode",
+    "MXKVStoreIsServerNode",
+    "MXKVStoreIsSchedulerNode",
+];
 
 /// The store's calls go to the hosted store; every other name to the host's function.
 /// A name the host does not export keeps libkvstore's implementation or stub.
@@ -46,6 +51,9 @@ pub(super) fn refuse(why: &str) {
 /// The target of every slot after a refusal. It reads no argument, so it serves every
 /// signature (all the refused functions return int).
 extern "C" fn refused() -> c_int {
-    crate::ffi::record_error("hosted mode", REFUSAL.get().map_or("refused", String::as_str));
+    crate::ffi::record_error(
+        "hosted mode",
+        REFUSAL.get().map_or("refused", String::as_str),
+    );
     -1
 }

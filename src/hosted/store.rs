@@ -82,11 +82,22 @@ struct Described {
 fn describe(host: &Host, array: NDArrayHandle) -> Result<Described> {
     crate::ensure!(!array.is_null(), "NULL NDArray handle");
     let (shape, dtype, stype) = host.describe(array)?;
-    Ok(Described { shape, dtype: DType::from_code(dtype)?, stype })
+    Ok(Described {
+        shape,
+        dtype: DType::from_code(dtype)?,
+        stype,
+    })
 }
 
 fn shape_text(shape: &[i64]) -> String {
-    format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))
+    format!(
+        "({})",
+        shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    )
 }
 
 fn check_matches(key: &Key, entry: &Entry, value: &Described, what: &str) -> Result<()> {
@@ -139,7 +150,11 @@ unsafe extern "C" fn run_sum(_run_context: *mut c_void, param: *mut c_void) {
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: as above; the sources are distinct store-owned buffers from the destination.
         let dst = unsafe { std::slice::from_raw_parts_mut(job.dst.0, job.dst.1) };
-        let srcs: Vec<&[u8]> = job.srcs.iter().map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) }).collect();
+        let srcs: Vec<&[u8]> = job
+            .srcs
+            .iter()
+            .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
+            .collect();
         crate::reduce::sum_into(job.dtype, job.order, dst, &srcs);
     });
 }
@@ -155,7 +170,10 @@ struct Context {
     dev_type: c_int,
     dev_id: c_int,
 }
-static CPU0: Context = Context { dev_type: 1, dev_id: 0 };
+static CPU0: Context = Context {
+    dev_type: 1,
+    dev_id: 0,
+};
 /// MXNet 1.9's `FnProperty::kCPUPrioritized`, as MXNet's own CPU reductions use.
 static CPU_PRIORITIZED: c_int = 3;
 
@@ -166,7 +184,11 @@ impl HostedStore {
             !lower.contains("dist") && !lower.contains("nccl") && !lower.contains("horovod") && !lower.contains("byteps"),
             "store type {name}: hosted mode serves `local` and `device` stores; distributed and GPU stores are later work"
         );
-        let order = if lower.contains("device") { SumOrder::Serial } else { SumOrder::CpuComm };
+        let order = if lower.contains("device") {
+            SumOrder::Serial
+        } else {
+            SumOrder::CpuComm
+        };
         Ok(HostedStore {
             type_name: CString::new(name).map_err(|_| crate::Error::new("store type with NUL"))?,
             order,
@@ -179,7 +201,8 @@ impl HostedStore {
         let mut planned = Vec::with_capacity(keys.len());
         for (k, v) in keys.into_iter().zip(values) {
             crate::ensure!(
-                !state.entries.contains_key(&k) && !planned.iter().any(|(p, _, _): &(Key, _, _)| *p == k),
+                !state.entries.contains_key(&k)
+                    && !planned.iter().any(|(p, _, _): &(Key, _, _)| *p == k),
                 "key {k} has already been inited"
             );
             let d = describe(host, *v)?;
@@ -189,17 +212,35 @@ impl HostedStore {
         for (k, v, d) in planned {
             let stored = HostArray::new(host, d.dtype, &d.shape)?;
             host.copy(v, stored.handle)?;
-            state.entries.insert(k, Entry { dtype: d.dtype, shape: d.shape, stored, merged: None, stages: Vec::new() });
+            state.entries.insert(
+                k,
+                Entry {
+                    dtype: d.dtype,
+                    shape: d.shape,
+                    stored,
+                    merged: None,
+                    stages: Vec::new(),
+                },
+            );
         }
         Ok(())
     }
 
-    pub fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
+    pub fn push(
+        &self,
+        host: &Host,
+        keys: Vec<Key>,
+        values: &[NDArrayHandle],
+        priority: c_int,
+    ) -> Result<()> {
         let groups = group(keys, values);
         {
             let state = self.state.lock();
             for (k, vs) in &groups {
-                let entry = state.entries.get(k).ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
+                let entry = state
+                    .entries
+                    .get(k)
+                    .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
                 for v in vs {
                     check_matches(k, entry, &describe(host, *v)?, "pushed value")?;
                 }
@@ -245,9 +286,14 @@ impl HostedStore {
             Key::Int(_) => u.int.is_some(),
             Key::Str(_) => u.string.is_some(),
         });
-        let entry = state.entries.get_mut(key).ok_or_else(|| crate::Error::new(format!("key {key} has not been inited")))?;
+        let entry = state
+            .entries
+            .get_mut(key)
+            .ok_or_else(|| crate::Error::new(format!("key {key} has not been inited")))?;
         while entry.stages.len() < values.len() {
-            entry.stages.push(HostArray::new(host, entry.dtype, &entry.shape)?);
+            entry
+                .stages
+                .push(HostArray::new(host, entry.dtype, &entry.shape)?);
         }
         for (v, stage) in values.iter().zip(&entry.stages) {
             host.copy(*v, stage.handle)?;
@@ -259,7 +305,11 @@ impl HostedStore {
             (Some(_), Some(m)) => m,
             _ => &entry.stored,
         };
-        let used = if drop_source_for_test() && values.len() > 1 { values.len() - 1 } else { values.len() };
+        let used = if drop_source_for_test() && values.len() > 1 {
+            values.len() - 1
+        } else {
+            values.len()
+        };
         let stages = &entry.stages[..used];
         let job = Box::new(SumJob {
             dtype: entry.dtype,
@@ -298,11 +348,20 @@ impl HostedStore {
         }
     }
 
-    pub fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], ignore_sparse: bool) -> Result<()> {
+    pub fn pull(
+        &self,
+        host: &Host,
+        keys: Vec<Key>,
+        outs: &[NDArrayHandle],
+        ignore_sparse: bool,
+    ) -> Result<()> {
         let state = self.state.lock();
         let mut copies = Vec::with_capacity(outs.len());
         for (k, o) in keys.iter().zip(outs) {
-            let entry = state.entries.get(k).ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
+            let entry = state
+                .entries
+                .get(k)
+                .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
             let d = describe(host, *o)?;
             if d.stype != DENSE && ignore_sparse {
                 continue;
@@ -316,8 +375,17 @@ impl HostedStore {
         Ok(())
     }
 
-    pub fn set_updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) {
-        let updaters = (int.is_some() || string.is_some()).then_some(Updaters { int, string, user: user as usize });
+    pub fn set_updaters(
+        &self,
+        int: MXKVStoreUpdater,
+        string: MXKVStoreStrUpdater,
+        user: *mut c_void,
+    ) {
+        let updaters = (int.is_some() || string.is_some()).then_some(Updaters {
+            int,
+            string,
+            user: user as usize,
+        });
         self.state.lock().updaters = updaters;
     }
 
