@@ -8,7 +8,8 @@ ref="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
 py="$(cd "$(dirname "$ref")/../../../.." && pwd)/bin/python"
 lib="$PWD/target/release/libkvstore.so"
 [ -f "$lib" ] || cargo build --release --quiet
-out="target/hosted"; mkdir -p "$out"
+# A directory of its own: two runs at once (two worktrees, a rerun) must not share files.
+mkdir -p target; out=$(mktemp -d "$PWD/target/hosted.XXXXXX"); trap 'rm -rf "$out"' EXIT
 hosted() { MXNET_LIBRARY_PATH="$lib" KVSTORE_HOST_LIBRARY="$ref" "$@"; }
 
 # Every model with both stores and both update_on_kvstore settings; the context counts 2, 3, 4
@@ -52,7 +53,8 @@ fi
 echo "negative control differs, as it must"
 
 # The store is libkvstore's, ordered by the host's engine.
-"$py" tests/hosted/proof.py pure 2>/dev/null | head -1
+echo "pure MXNet:"; "$py" tests/hosted/proof.py pure 2>/dev/null
+echo "hosted:"
 hosted "$py" tests/hosted/proof.py hosted
 
 # A host that is not MXNet 1.9.x is refused, with the reason, on every call.
@@ -60,7 +62,7 @@ cat > "$out/fake_host.c" <<'C'
 int MXGetVersion(int *out) { *out = 20000; return 0; }
 C
 cc -shared -fPIC -o "$out/libfake_mxnet.so" "$out/fake_host.c"
-msg=$(MXNET_LIBRARY_PATH="$lib" KVSTORE_HOST_LIBRARY="$PWD/$out/libfake_mxnet.so" "$py" -c "import mxnet" 2>&1 || true)
+msg=$(MXNET_LIBRARY_PATH="$lib" KVSTORE_HOST_LIBRARY="$out/libfake_mxnet.so" "$py" -c "import mxnet" 2>&1 || true)
 echo "$msg" | grep -q "hosted mode refused: KVSTORE_HOST_LIBRARY=.* is MXNet 2.0.0 (20000); hosted mode needs MXNet 1.9.x" \
   || { echo "a 2.0 host was not refused with the reason:"; echo "$msg"; exit 1; }
 echo "a 2.0 host is refused: ok"
