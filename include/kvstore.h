@@ -31,6 +31,14 @@ typedef void (MXKVStoreServerController)(int head, const char *body, void *contr
 /*! \brief executor monitor callback (taken by an unsupported call only) */
 typedef void (*ExecutorMonitorCallback)(const char*, NDArrayHandle, void*);
 struct MXCallbackList;
+/*! \brief cached-op monitor callback (MXCachedOpRegisterOpHook) */
+typedef void (*CachedOpMonitorCallback)(const char*, const char*, NDArrayHandle);
+/*! \brief the engine's asynchronous, synchronous and parameter-deleter callbacks (MXEnginePush*) */
+typedef void (*EngineAsyncFunc)(void*, void*, void*);
+typedef void (*EngineSyncFunc)(void*, void*);
+typedef void (*EngineFuncParamDeleter)(void*);
+/*! \brief predictor monitor callback (c_predict_api.h's MXPredSetMonitorCallback) */
+typedef void (*PredMonitorCallback)(const char*, NDArrayHandle, void*);
 /*! \brief custom-op property creator (MXCustomOpRegister) */
 typedef int (*CustomOpPropCreator)(const char*, const int, const char**, const char**, struct MXCallbackList*);
 /*!
@@ -43,773 +51,6 @@ struct LibFeature;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-/*
- The library's features (MXNet's 32 names; all disabled but CUDA when a GPU is usable).
-
- Ownership: the array belongs to the library and lives for the process.
- */
-int MXLibInfoFeatures(const struct LibFeature **libFeature,
-                      size_t *size);
-
-/*
- Seeds the random generators. libkvstore has no random ops, so there is nothing to seed;
- the call succeeds so that frontends' test fixtures can call it.
-
- Ownership: none.
- */
-int MXRandomSeed(int seed);
-
-/*
- The registered data iterators (names only; see `MXDataIterGetIterInfo`).
-
- Ownership: the array belongs to the library and lives for the process.
- */
-int MXListDataIters(uint32_t *out_size,
-                    void ***out_array);
-
-/*
- A data iterator's name and description; it declares no arguments.
-
- Ownership: every string and array belongs to the library and lives for the process.
- */
-int MXDataIterGetIterInfo(void *creator,
-                          const char **name,
-                          const char **description,
-                          uint32_t *num_args,
-                          const char ***arg_names,
-                          const char ***arg_type_infos,
-                          const char ***arg_descriptions);
-
-/*
- Creates a store.
-
- Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
- reduces as MXNet's `device` store; other non-distributed names (`local`, unknown names)
- make a `local` store. Names containing `dist` join the MPI job (started by `mpirun`) in
- the role `DMLC_ROLE` names; `_async` in the name makes servers apply each push at once.
- Returns: 0, and the new handle in `*out`.
- Ownership: the caller frees the store with `MXKVStoreFree`.
- */
-int MXKVStoreCreate(const char *type,
-                    KVStoreHandle *out);
-
-/*
- Frees a store; arrays it handed out stay valid.
-
- Ownership: `handle` is invalid afterwards; pending operations finish first.
- */
-int MXKVStoreFree(KVStoreHandle handle);
-
-/*
- Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), `threshold`
- > 0 (default 0.5). `device` stores apply it to every later push; `local` stores accept and
- ignore it, as MXNet does.
-
- Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
- type, a threshold ≤ 0 or an unknown key. Ownership: the strings are copied.
- */
-int MXKVStoreSetGradientCompression(KVStoreHandle handle,
-                                    uint32_t num_params,
-                                    const char **keys,
-                                    const char **vals);
-
-/*
- Initialises int keys with deep copies of `vals`.
-
- Parameters: `num` keys and values. Returns: -1 if a key exists already (the store is then
- unchanged). Ownership: the caller keeps `vals`.
- */
-int MXKVStoreInit(KVStoreHandle handle,
-                  uint32_t num,
-                  const int *keys,
-                  NDArrayHandle *vals);
-
-/*
- Initialises string keys with deep copies of `vals`; see `MXKVStoreInit`.
-
- Ownership: the caller keeps `keys` and `vals`.
- */
-int MXKVStoreInitEx(KVStoreHandle handle,
-                    uint32_t num,
-                    const char **keys,
-                    NDArrayHandle *vals);
-
-/*
- Pushes values to int keys: the values of each key are summed, then the updater runs (or the
- sum is stored). Returns once scheduled.
-
- Returns: -1 for an uninitialised key, or a value whose shape or dtype differs from the
- stored one (nothing is pushed then). Ownership: the caller keeps `vals`; the store copies.
- */
-int MXKVStorePush(KVStoreHandle handle,
-                  uint32_t num,
-                  const int *keys,
-                  NDArrayHandle *vals,
-                  int priority);
-
-/*
- Pushes values to string keys; see `MXKVStorePush`.
-
- Ownership: the caller keeps `keys` and `vals`.
- */
-int MXKVStorePushEx(KVStoreHandle handle,
-                    uint32_t num,
-                    const char **keys,
-                    NDArrayHandle *vals,
-                    int priority);
-
-/*
- Pulls int keys into `vals`; sparse outputs are skipped unless `ignore_sparse` is false.
-
- Ownership: the caller keeps `vals`, which the store writes.
- */
-int MXKVStorePullWithSparse(KVStoreHandle handle,
-                            uint32_t num,
-                            const int *keys,
-                            NDArrayHandle *vals,
-                            int priority,
-                            bool ignore_sparse);
-
-/*
- Pulls string keys; see `MXKVStorePullWithSparse`.
-
- Ownership: the caller keeps `keys` and `vals`.
- */
-int MXKVStorePullWithSparseEx(KVStoreHandle handle,
-                              uint32_t num,
-                              const char **keys,
-                              NDArrayHandle *vals,
-                              int priority,
-                              bool ignore_sparse);
-
-/*
- Pulls int keys into dense outputs; sparse outputs are skipped (as MXNet does).
-
- Ownership: the caller keeps `vals`, which the store writes.
- */
-int MXKVStorePull(KVStoreHandle handle,
-                  uint32_t num,
-                  const int *keys,
-                  NDArrayHandle *vals,
-                  int priority);
-
-/*
- Pulls string keys into dense outputs; see `MXKVStorePull`.
-
- Ownership: the caller keeps `keys` and `vals`.
- */
-int MXKVStorePullEx(KVStoreHandle handle,
-                    uint32_t num,
-                    const char **keys,
-                    NDArrayHandle *vals,
-                    int priority);
-
-/*
- Pulls the rows `row_ids[i]` of int keys into row_sparse `vals[i]`: the output's rows are
- the sorted unique ids (any dtype and shape), zero where the stored value has no such row.
- Returns: -1 for a dense output, dense stored value or sparse row ids.
-
- Ownership: the caller keeps `vals` and `row_ids`.
- */
-int MXKVStorePullRowSparse(KVStoreHandle handle,
-                           uint32_t num,
-                           const int *keys,
-                           NDArrayHandle *vals,
-                           const NDArrayHandle *row_ids,
-                           int priority);
-
-/*
- Pulls rows of string keys; see `MXKVStorePullRowSparse`.
-
- Ownership: the caller keeps `keys`, `vals` and `row_ids`.
- */
-int MXKVStorePullRowSparseEx(KVStoreHandle handle,
-                             uint32_t num,
-                             const char **keys,
-                             NDArrayHandle *vals,
-                             const NDArrayHandle *row_ids,
-                             int priority);
-
-/*
- Initialises `vkeys` with `vals`, then pulls `okeys` into `outs`.
-
- Ownership: the caller keeps every array.
- */
-int MXKVStoreBroadcast(KVStoreHandle handle,
-                       mx_uint vnum,
-                       const int *vkeys,
-                       mx_uint onum,
-                       const int *okeys,
-                       NDArrayHandle *vals,
-                       NDArrayHandle *outs,
-                       int priority);
-
-/*
- Broadcast with string keys; see `MXKVStoreBroadcast`.
-
- Ownership: the caller keeps every array.
- */
-int MXKVStoreBroadcastEx(KVStoreHandle handle,
-                         mx_uint vnum,
-                         const char **vkeys,
-                         mx_uint onum,
-                         const char **okeys,
-                         NDArrayHandle *vals,
-                         NDArrayHandle *outs,
-                         int priority);
-
-/*
- Pushes `vals` to `vkeys`, then pulls `okeys` into `outs`; every push reads its inputs
- before any pull writes, so `outs` may be `vals` (in-place allreduce).
-
- Ownership: the caller keeps every array.
- */
-int MXKVStorePushPull(KVStoreHandle handle,
-                      mx_uint vnum,
-                      const int *vkeys,
-                      mx_uint onum,
-                      const int *okeys,
-                      NDArrayHandle *vals,
-                      NDArrayHandle *outs,
-                      int priority);
-
-/*
- Push-pull with string keys; see `MXKVStorePushPull`.
-
- Ownership: the caller keeps every array.
- */
-int MXKVStorePushPullEx(KVStoreHandle handle,
-                        mx_uint vnum,
-                        const char **vkeys,
-                        mx_uint onum,
-                        const char **okeys,
-                        NDArrayHandle *vals,
-                        NDArrayHandle *outs,
-                        int priority);
-
-/*
- Installs the int updater, called as `updater(key, recv, local, updater_handle)` on the
- pushing thread, once per key in ascending key order. A string-key store passes internal
- ids 0, 1, ... (init order). NULL resets pushes to assignment.
-
- Ownership: `recv` and `local` are new handles the updater must `MXNDArrayFree`; it changes
- the store by writing `local` in place. `updater_handle` is passed back untouched.
- */
-int MXKVStoreSetUpdater(KVStoreHandle handle,
-                        MXKVStoreUpdater updater,
-                        void *updater_handle);
-
-/*
- Installs the int updater and the string updater (used by string-key stores); see
- `MXKVStoreSetUpdater`.
-
- Ownership: as for `MXKVStoreSetUpdater`; the key string is valid during the call only.
- */
-int MXKVStoreSetUpdaterEx(KVStoreHandle handle,
-                          MXKVStoreUpdater updater,
-                          MXKVStoreStrUpdater str_updater,
-                          void *updater_handle);
-
-/*
- The store's type name, lower-cased.
-
- Ownership: `*type` is borrowed from the store and valid until `MXKVStoreFree`.
- */
-int MXKVStoreGetType(KVStoreHandle handle,
-                     const char **type);
-
-/*
- This process's rank in its group (workers among workers, servers among servers): 0 for
- non-distributed stores.
-
- Ownership: `*ret` is written on success.
- */
-int MXKVStoreGetRank(KVStoreHandle handle,
-                     int *ret);
-
-/*
- The number of workers (on every role): 1 for non-distributed stores.
-
- Ownership: `*ret` is written on success.
- */
-int MXKVStoreGetGroupSize(KVStoreHandle handle,
-                          int *ret);
-
-/*
- 1 if this process is a worker (`DMLC_ROLE` unset or `worker`), else 0.
-
- Ownership: `*ret` is written on success.
- */
-int MXKVStoreIsWorkerNode(int *ret);
-
-/*
- 1 if this process is a server (`DMLC_ROLE=server`), else 0.
-
- Ownership: `*ret` is written on success.
- */
-int MXKVStoreIsServerNode(int *ret);
-
-/*
- 1 if this process is the scheduler (`DMLC_ROLE=scheduler`), else 0.
-
- Ownership: `*ret` is written on success.
- */
-int MXKVStoreIsSchedulerNode(int *ret);
-
-/*
- A barrier over all workers (it does not wait for pending pushes); returns at once for
- non-distributed stores.
-
- Ownership: none.
- */
-int MXKVStoreBarrier(KVStoreHandle handle);
-
-/*
- Whether freeing a distributed store waits at a barrier first; recorded, no effect locally.
-
- Ownership: none.
- */
-int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle,
-                                  int barrier_before_exit);
-
-/*
- Runs a parameter server until worker 0 stops it (on a scheduler: joins the start and exit
- barriers); the controller receives command 0 on this thread. Returns at once for
- non-distributed stores (the controller is never called); -1 on a worker.
-
- Ownership: `controller_handle` is passed back untouched.
- */
-int MXKVStoreRunServer(KVStoreHandle handle,
-                       MXKVStoreServerController controller,
-                       void *controller_handle);
-
-/*
- Sends a command to every server and returns after each has handled it (0 runs the
- servers' controllers); nothing to do for non-distributed stores. (The triple `m`
- is MXNet's spelling, kept for ABI compatibility.)
-
- Ownership: `cmd_body` is read during the call only.
- */
-int MXKVStoreSendCommmandToServers(KVStoreHandle handle,
-                                   int cmd_id,
-                                   const char *cmd_body);
-
-/*
- The number of dead nodes in the groups of `node_id`: always 0 (in a distributed job a dead
- process makes MPI abort the whole job).
-
- Ownership: `*number` is written on success.
- */
-int MXKVStoreGetNumDeadNode(KVStoreHandle handle,
-                            int node_id,
-                            int *number,
-                            int timeout_sec);
-
-/*
- Sets the parameter-server environment (`DMLC_*` values) for distributed stores.
-
- Ownership: the strings are copied.
- */
-int MXInitPSEnv(uint32_t num_vars,
-                const char **keys,
-                const char **vals);
-
-/*
- Creates an empty array: no shape, dtype -1, storage type -1 (an output to be filled later).
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayCreateNone(NDArrayHandle *out);
-
-/*
- Creates a dense float32 array. `delay_alloc` is accepted; memory is zeroed either way.
-
- Parameters: dev_type 1 cpu, 2 gpu (needs CUDA), 3 cpu_pinned, 5 cpu_shared.
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayCreate(const uint32_t *shape,
-                    uint32_t ndim,
-                    int dev_type,
-                    int dev_id,
-                    int delay_alloc,
-                    NDArrayHandle *out);
-
-/*
- Creates a dense array of MXNet dtype code `dtype` (0 float32, 1 float64, 2 float16,
- 3 uint8, 4 int32, 5 int8, 6 int64, 7 bool, 12 bfloat16).
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayCreateEx(const uint32_t *shape,
-                      uint32_t ndim,
-                      int dev_type,
-                      int dev_id,
-                      int delay_alloc,
-                      int dtype,
-                      NDArrayHandle *out);
-
-/*
- Frees a handle. The memory lives on while other views or a store still use it.
-
- Ownership: `handle` is invalid afterwards.
- */
-int MXNDArrayFree(NDArrayHandle handle);
-
-/*
- Copies `size` elements (of the array's dtype) from host memory into the array, after its
- pending operations.
-
- Ownership: `data` is read during the call only.
- */
-int MXNDArraySyncCopyFromCPU(NDArrayHandle handle,
-                             const void *data,
-                             size_t size);
-
-/*
- Copies the array's `size` elements to host memory, after pending writes.
-
- Ownership: `data` is written during the call only.
- */
-int MXNDArraySyncCopyToCPU(NDArrayHandle handle,
-                           void *data,
-                           size_t size);
-
-/*
- Waits until pending writes to the array have finished. Answers -1 with the message of an
- asynchronous operation that failed writing it (the failure is then cleared).
-
- Ownership: none.
- */
-int MXNDArrayWaitToRead(NDArrayHandle handle);
-
-/*
- Waits until pending reads and writes of the array have finished. Answers -1 with the
- message of an asynchronous operation that failed writing it (the failure is then cleared).
-
- Ownership: none.
- */
-int MXNDArrayWaitToWrite(NDArrayHandle handle);
-
-/*
- Waits until every pending operation has finished. Answers -1 with the message of the
- first asynchronous operation that failed since the last `MXNDArrayWaitAll` (every such
- failure is then cleared).
-
- Ownership: none.
- */
-int MXNDArrayWaitAll(void);
-
-/*
- The shape (deprecated form). An empty array has 0 dimensions.
-
- Ownership: `*out_pdata` points into a thread-local buffer valid until the next shape call
- on this thread.
- */
-int MXNDArrayGetShape(NDArrayHandle handle,
-                      uint32_t *out_dim,
-                      const uint32_t **out_pdata);
-
-/*
- The shape. An empty array has 0 dimensions.
-
- Ownership: `*out_pdata` points into a thread-local buffer valid until the next shape call
- on this thread.
- */
-int MXNDArrayGetShapeEx(NDArrayHandle handle,
-                        int *out_dim,
-                        const int **out_pdata);
-
-/*
- The dtype code; -1 for an empty array.
-
- Ownership: `*out_dtype` is written on success.
- */
-int MXNDArrayGetDType(NDArrayHandle handle,
-                      int *out_dtype);
-
-/*
- The context: device type code and id; (0, 0) for an empty array.
-
- Ownership: both out-parameters are written on success.
- */
-int MXNDArrayGetContext(NDArrayHandle handle,
-                        int *out_dev_type,
-                        int *out_dev_id);
-
-/*
- The storage type code: 0 dense, 1 row_sparse, 2 csr; -1 for an empty array.
-
- Ownership: `*out_storage_type` is written on success.
- */
-int MXNDArrayGetStorageType(NDArrayHandle handle,
-                            int *out_storage_type);
-
-/*
- A raw pointer to the values (NULL for an empty array). Does not wait: call
- `MXNDArrayWaitToRead` / `MXNDArrayWaitToWrite` first, as with MXNet.
-
- Ownership: borrowed; valid while any view of the memory lives.
- */
-int MXNDArrayGetData(NDArrayHandle handle,
-                     void **out_pdata);
-
-/*
- A view of rows `[slice_begin, slice_end)` sharing memory with the array.
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArraySlice(NDArrayHandle handle,
-                   uint32_t slice_begin,
-                   uint32_t slice_end,
-                   NDArrayHandle *out);
-
-/*
- A view of row `idx` (first dimension dropped) sharing memory with the array.
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayAt(NDArrayHandle handle,
-                uint32_t idx,
-                NDArrayHandle *out);
-
-/*
- A view with another shape of the same size (dims: 0 keeps, -1 infers).
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayReshape(NDArrayHandle handle,
-                     int ndim,
-                     int *dims,
-                     NDArrayHandle *out);
-
-/*
- [`MXNDArrayReshape`] with 64-bit dims and MXNet's `reverse` flag (what Python's and
- Perl's `reshape` call).
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayReshape64(NDArrayHandle handle,
-                       int ndim,
-                       int64_t *dims,
-                       bool reverse,
-                       NDArrayHandle *out);
-
-/*
- Creates a sparse array (storage type 1 row_sparse, 2 csr) with `num_aux` aux arrays whose
- dtypes, dimension counts and concatenated shapes are given.
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayCreateSparseEx(int storage_type,
-                            const uint32_t *shape,
-                            uint32_t ndim,
-                            int dev_type,
-                            int dev_id,
-                            int delay_alloc,
-                            int dtype,
-                            uint32_t num_aux,
-                            int *aux_type,
-                            uint32_t *aux_ndims,
-                            const uint32_t *aux_shape,
-                            NDArrayHandle *out);
-
-/*
- Copies `handle_src` into `handle_dst`: `i = -1` the values (a sparse destination takes the
- source's rows as its stored values), `i >= 0` aux array `i`. Synchronous.
-
- Ownership: both handles stay the caller's.
- */
-int MXNDArraySyncCopyFromNDArray(NDArrayHandle handle_dst,
-                                 NDArrayHandle handle_src,
-                                 int i);
-
-/*
- The dtype code of aux array `i`.
-
- Ownership: `*out_type` is written on success.
- */
-int MXNDArrayGetAuxType(NDArrayHandle handle,
-                        uint32_t i,
-                        int *out_type);
-
-/*
- A dense copy of aux array `i` (waits for pending writes).
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayGetAuxNDArray(NDArrayHandle handle,
-                           uint32_t i,
-                           NDArrayHandle *out);
-
-/*
- A dense copy of the stored values (waits for pending writes).
-
- Ownership: the caller frees `*out` with `MXNDArrayFree`.
- */
-int MXNDArrayGetDataNDArray(NDArrayHandle handle,
-                            NDArrayHandle *out);
-
-/*
- Every registered op name, aliases included.
-
- Ownership: the array and strings belong to the library and live for the process.
- */
-int MXListAllOpNames(uint32_t *out_size,
-                     const char ***out_array);
-
-/*
- nnvm's [`MXListAllOpNames`].
-
- Ownership: the array and strings belong to the library and live for the process.
- */
-int NNListAllOpNames(uint32_t *out_size,
-                     const char ***out_array);
-
-/*
- The handle of the op named `op_name` (canonical name or alias).
-
- Ownership: `*op_out` is a token valid for the process; it is never freed.
- */
-int NNGetOpHandle(const char *op_name,
-                  void **op_out);
-
-/*
- One handle per op (aliases not repeated).
-
- Ownership: the array belongs to the library and lives for the process.
- */
-int MXSymbolListAtomicSymbolCreators(uint32_t *out_size,
-                                     void ***out_array);
-
-/*
- An op's name, description, arguments (names, MXNet type strings, descriptions) and
- variadic-count parameter. `return_type` may be NULL; when given it receives NULL, as
- MXNet writes for every op.
-
- Ownership: every string and array belongs to the library and lives for the process.
- */
-int MXSymbolGetAtomicSymbolInfo(void *creator,
-                                const char **name,
-                                const char **description,
-                                uint32_t *num_args,
-                                const char ***arg_names,
-                                const char ***arg_type_infos,
-                                const char ***arg_descriptions,
-                                const char **key_var_num_args,
-                                const char **return_type);
-
-/*
- Runs an op. With `*outputs == NULL` (or `*num_outputs == 0`) the outputs are allocated and
- `*outputs` / `*num_outputs` describe them; otherwise the results are written into the
- `*num_outputs` given arrays (an empty array from `MXNDArrayCreateNone` receives a new one).
- Parameters are strings, as MXNet's frontends send them (`shape="(2, 3)"`, `scalar="2.0"`).
- An op that libkvstore registers but does not compute fails with "not supported by
- libkvstore: NAME".
-
- Ownership: allocated output handles belong to the caller (`MXNDArrayFree`); the array
- holding them belongs to the library, valid until the next invoke on this thread.
- */
-int MXImperativeInvoke(void *creator,
-                       int num_inputs,
-                       NDArrayHandle *inputs,
-                       int *num_outputs,
-                       NDArrayHandle **outputs,
-                       int num_params,
-                       const char **param_keys,
-                       const char **param_vals);
-
-/*
- [`MXImperativeInvoke`], also reporting each output's storage type in `*out_stypes`
- (0 default, 1 row_sparse).
-
- Ownership: as `MXImperativeInvoke`; `*out_stypes` is valid until the next invoke on this thread.
- */
-int MXImperativeInvokeEx(void *creator,
-                         int num_inputs,
-                         NDArrayHandle *inputs,
-                         int *num_outputs,
-                         NDArrayHandle **outputs,
-                         int num_params,
-                         const char **param_keys,
-                         const char **param_vals,
-                         const int **out_stypes);
-
-/*
- The legacy function registry: empty in libkvstore (every op is reached through the op
- registry instead).
-
- Ownership: `*out_array` belongs to the library.
- */
-int MXListFunctions(uint32_t *out_size,
-                    const void ***out_array);
-
-/*
- The packed-function registry (MXNet's `_api_internal` / numpy FFI): empty in libkvstore.
-
- Ownership: `*out_array` belongs to the library.
- */
-int MXNetFuncListGlobalNames(uint32_t *out_size,
-                             const char ***out_array);
-
-/*
- Registers a custom op's property creator. libkvstore accepts the registration (the Python
- frontend registers its own ops at import) but never runs custom ops.
-
- Ownership: `op_type` is read during the call only.
- */
-int MXCustomOpRegister(const char *op_type,
-                       CustomOpPropCreator creator);
-
-/*
- Configures the profiler with MXNet's keys: `filename` (default profile.json), `profile_all`,
- `profile_api` (store calls), `profile_imperative`/`profile_symbolic` (engine ops),
- `profile_memory`, `aggregate_stats`, `continuous_dump`, `dump_period`, `profile_process`.
- An unknown key or a bad value answers -1 and changes nothing.
-
- Ownership: `keys` and `vals` are read during the call only.
- */
-int MXSetProfilerConfig(int num_params,
-                        const char *const *keys,
-                        const char *const *vals);
-
-/*
- [`MXSetProfilerConfig`] for a process. `kvstoreHandle` would only reach servers, which
- need a distributed store (`profile_process` = "server" answers -1), so it is not read:
- MXNet's Python frontend passes the last store it created, possibly freed since.
-
- Ownership: `keys` and `vals` are read during the call only.
- */
-int MXSetProcessProfilerConfig(int num_params,
-                               const char *const *keys,
-                               const char *const *vals,
-                               KVStoreHandle kvstoreHandle);
-
-/*
- Starts (1) or stops (0) recording. Starting enables [`MXDumpProfile`].
- */
-int MXSetProfilerState(int state);
-
-/*
- [`MXSetProfilerState`] for `profile_process` 0 (worker); 1 (server) answers -1.
- */
-int MXSetProcessProfilerState(int state,
-                              int profile_process,
-                              KVStoreHandle kvStoreHandle);
-
-/*
- Writes what was recorded since the last dump to the configured file as a Chrome trace
- (chrome://tracing, Perfetto). `finished` non-zero ends output until the next run. Before
- the profiler has run: -1.
- */
-int MXDumpProfile(int finished);
-
-/*
- [`MXDumpProfile`] for `profile_process` 0 (worker); 1 (server) answers -1.
- */
-int MXDumpProcessProfile(int finished,
-                         int profile_process,
-                         KVStoreHandle kvStoreHandle);
 
 /*
  The aggregate statistics as MXNet's table; see [`MXAggregateProfileStatsPrintEx`].
@@ -831,164 +72,6 @@ int MXAggregateProfileStatsPrintEx(const char **out_str,
                                    int format,
                                    int sort_by,
                                    int ascending);
-
-/*
- Pauses (non-zero) or resumes (0) recording while the profiler runs.
- */
-int MXProfilePause(int paused);
-
-/*
- [`MXProfilePause`] for `profile_process` 0 (worker); 1 (server) answers -1.
- */
-int MXProcessProfilePause(int paused,
-                          int profile_process,
-                          KVStoreHandle kvStoreHandle);
-
-/*
- A new domain: the category its tasks, frames, counters and markers appear under.
-
- Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
- */
-int MXProfileCreateDomain(const char *domain,
-                          ProfileHandle *out);
-
-/*
- A new task of `domain`: a span that may start and stop on different threads.
-
- Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
- */
-int MXProfileCreateTask(ProfileHandle domain,
-                        const char *task_name,
-                        ProfileHandle *out);
-
-/*
- A new frame of `domain`: a span on one thread.
-
- Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
- */
-int MXProfileCreateFrame(ProfileHandle domain,
-                         const char *frame_name,
-                         ProfileHandle *out);
-
-/*
- A new event (category "event"): a span on one thread.
-
- Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
- */
-int MXProfileCreateEvent(const char *event_name,
-                         ProfileHandle *out);
-
-/*
- A new counter of `domain`, starting at 0.
-
- Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
- */
-int MXProfileCreateCounter(ProfileHandle domain,
-                           const char *counter_name,
-                           ProfileHandle *out);
-
-/*
- Frees a task, frame, event, counter or domain handle (recorded events stay).
- */
-int MXProfileDestroyHandle(ProfileHandle frame_handle);
-
-/*
- Starts a task, frame or event.
- */
-int MXProfileDurationStart(ProfileHandle duration_handle);
-
-/*
- Stops a started task, frame or event, recording its span while the profiler runs; -1 if
- it was not started.
- */
-int MXProfileDurationStop(ProfileHandle duration_handle);
-
-/*
- Sets a counter.
- */
-int MXProfileSetCounter(ProfileHandle counter_handle,
-                        uint64_t value);
-
-/*
- Adds `value` (may be negative) to a counter; a result below 0 answers -1 and keeps it.
- */
-int MXProfileAdjustCounter(ProfileHandle counter_handle,
-                           int64_t value);
-
-/*
- Records an instant marker in `domain`; `scope` is "global", "process", "thread", "task"
- or "marker".
- */
-int MXProfileSetMarker(ProfileHandle domain,
-                       const char *instant_marker_name,
-                       const char *scope);
-
-/*
- The last error of the calling thread.
-
- Returns: a message naming the failed call and its cause, prefixed `MXNetError: `; empty
- if no call has failed on this thread.
- Ownership: borrowed; valid until the next failing call on the same thread.
- */
-const char *MXGetLastError(void);
-
-/*
- The MXNet version this library stands in for (10901 = 1.9.1).
-
- Ownership: `*out` is written on success.
- */
-int MXGetVersion(int *out);
-
-/*
- Waits for all pending operations before the process exits.
-
- Ownership: none.
- */
-int MXNotifyShutdown(void);
-
-/*
- The number of usable GPUs: 0 without a CUDA driver (12.0 or newer) or device. A forked
- child of a process that initialised CUDA gets -1: CUDA cannot be used there.
-
- Ownership: `*out` is written on success.
- */
-int MXGetGPUCount(int *out);
-
-/*
- Free and total memory of `gpu(dev)` in bytes, from the driver (`cuMemGetInfo`), each
- converted to `int` as MXNet 1.9 does (`static_cast<int>`: it wraps above 2 GiB; use
- `MXGetGPUMemoryInformation64`). Without a usable device: -1 with the reason.
-
- Ownership: `*free_mem` and `*total_mem` are written on success.
- */
-int MXGetGPUMemoryInformation(int dev,
-                              int *free_mem,
-                              int *total_mem);
-
-/*
- Free and total memory of `gpu(dev)` in bytes, from the driver (`cuMemGetInfo`). Without
- a usable device: -1 with the reason.
-
- Ownership: `*free_mem` and `*total_mem` are written on success.
- */
-int MXGetGPUMemoryInformation64(int dev,
-                                uint64_t *free_mem,
-                                uint64_t *total_mem);
-
-/*
- nnvm's spelling of [`MXGetLastError`]: the same thread-local message.
-
- Ownership: borrowed; valid until the next failing call on the same thread.
- */
-const char *NNGetLastError(void);
-
-/*
- Sets the calling thread's last error to `msg` (nnvm's frontends report their own errors
- through it). A NULL or non-UTF-8 `msg` records that fact instead.
-
- Ownership: `msg` is read during the call only.
- */
-void NNAPISetLastError(const char *msg);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradBackward").
@@ -1055,10 +138,36 @@ int MXAutogradSetIsTraining(int is_training,
                             int *prev);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXBuildSubgraphByOpNames").
+ */
+int MXBuildSubgraphByOpNames(void *sym_handle,
+                             const char *prop_name,
+                             uint32_t num_ops,
+                             const char **op_names,
+                             void **ret_sym_handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCachedOpRegisterOpHook").
+ */
+int MXCachedOpRegisterOpHook(void *handle,
+                             CachedOpMonitorCallback callback,
+                             bool monitor_all);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOp").
  */
 int MXCreateCachedOp(void *handle,
                      void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOpEX").
+ */
+int MXCreateCachedOpEX(void *handle,
+                       int num_flags,
+                       const char **keys,
+                       const char **vals,
+                       void **out,
+                       bool thread_safe);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOpEx").
@@ -1068,6 +177,24 @@ int MXCreateCachedOpEx(void *handle,
                        const char **keys,
                        const char **vals,
                        void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCustomFunctionRecord").
+ */
+int MXCustomFunctionRecord(int num_inputs,
+                           void **inputs,
+                           int num_outputs,
+                           void **outputs,
+                           struct MXCallbackList *callbacks);
+
+/*
+ Registers a custom op's property creator. libkvstore accepts the registration (the Python
+ frontend registers its own ops at import) but never runs custom ops.
+
+ Ownership: `op_type` is read during the call only.
+ */
+int MXCustomOpRegister(const char *op_type,
+                       CustomOpPropCreator creator);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterBeforeFirst").
@@ -1102,6 +229,19 @@ int MXDataIterGetIndex(void *handle,
                        uint64_t *out_size);
 
 /*
+ A data iterator's name and description; it declares no arguments.
+
+ Ownership: every string and array belongs to the library and lives for the process.
+ */
+int MXDataIterGetIterInfo(void *creator,
+                          const char **name,
+                          const char **description,
+                          uint32_t *num_args,
+                          const char ***arg_names,
+                          const char ***arg_type_infos,
+                          const char ***arg_descriptions);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXDataIterGetLabel").
  */
 int MXDataIterGetLabel(void *handle,
@@ -1118,6 +258,82 @@ int MXDataIterGetPadNum(void *handle,
  */
 int MXDataIterNext(void *handle,
                    int *out);
+
+/*
+ [`MXDumpProfile`] for `profile_process` 0 (worker); 1 (server) answers -1.
+ */
+int MXDumpProcessProfile(int finished,
+                         int profile_process,
+                         void *kvStoreHandle);
+
+/*
+ Writes what was recorded since the last dump to the configured file as a Chrome trace
+ (chrome://tracing, Perfetto). `finished` non-zero ends output until the next run. Before
+ the profiler has run: -1.
+ */
+int MXDumpProfile(int finished);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEnginePushAsync").
+ */
+int MXEnginePushAsync(EngineAsyncFunc async_func,
+                      void *func_param,
+                      EngineFuncParamDeleter deleter,
+                      const void *ctx_handle,
+                      void *const_vars_handle,
+                      int num_const_vars,
+                      void *mutable_vars_handle,
+                      int num_mutable_vars,
+                      const void *prop_handle,
+                      int priority,
+                      const char *opr_name,
+                      bool wait);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEnginePushAsyncND").
+ */
+int MXEnginePushAsyncND(EngineAsyncFunc async_func,
+                        void *func_param,
+                        EngineFuncParamDeleter deleter,
+                        const void *ctx_handle,
+                        void **const_nds_handle,
+                        int num_const_nds,
+                        void **mutable_nds_handle,
+                        int num_mutable_nds,
+                        const void *prop_handle,
+                        int priority,
+                        const char *opr_name,
+                        bool wait);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEnginePushSync").
+ */
+int MXEnginePushSync(EngineSyncFunc sync_func,
+                     void *func_param,
+                     EngineFuncParamDeleter deleter,
+                     const void *ctx_handle,
+                     void *const_vars_handle,
+                     int num_const_vars,
+                     void *mutable_vars_handle,
+                     int num_mutable_vars,
+                     const void *prop_handle,
+                     int priority,
+                     const char *opr_name);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEnginePushSyncND").
+ */
+int MXEnginePushSyncND(EngineSyncFunc sync_func,
+                       void *func_param,
+                       EngineFuncParamDeleter deleter,
+                       const void *ctx_handle,
+                       void **const_nds_handle,
+                       int num_const_nds,
+                       void **mutable_nds_handle,
+                       int num_mutable_nds,
+                       const void *prop_handle,
+                       int priority,
+                       const char *opr_name);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXEngineSetBulkSize").
@@ -1222,6 +438,29 @@ int MXExecutorPrint(void *handle,
                     const char **out_str);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorReshape").
+ */
+int MXExecutorReshape(int partial_shaping,
+                      int allow_up_sizing,
+                      int dev_type,
+                      int dev_id,
+                      uint32_t num_map_keys,
+                      const char **map_keys,
+                      const int *map_dev_types,
+                      const int *map_dev_ids,
+                      uint32_t num_provided_arg_shapes,
+                      const char **provided_arg_shape_names,
+                      const uint32_t *provided_arg_shape_data,
+                      const uint32_t *provided_arg_shape_idx,
+                      uint32_t *num_in_args,
+                      void ***in_args,
+                      void ***arg_grads,
+                      uint32_t *num_aux_states,
+                      void ***aux_states,
+                      void *shared_exec,
+                      void **out);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorReshapeEx").
  */
 int MXExecutorReshapeEx(int partial_shaping,
@@ -1250,6 +489,52 @@ int MXExecutorReshapeEx(int partial_shaping,
 int MXExecutorSetMonitorCallback(void *handle,
                                  ExecutorMonitorCallback callback,
                                  void *callback_handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSetMonitorCallbackEX").
+ */
+int MXExecutorSetMonitorCallbackEX(void *handle,
+                                   ExecutorMonitorCallback callback,
+                                   void *callback_handle,
+                                   bool monitor_all);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSimpleBind").
+ */
+int MXExecutorSimpleBind(void *symbol_handle,
+                         int dev_type,
+                         int dev_id,
+                         uint32_t num_g2c_keys,
+                         const char **g2c_keys,
+                         const int *g2c_dev_types,
+                         const int *g2c_dev_ids,
+                         uint32_t provided_grad_req_list_len,
+                         const char **provided_grad_req_names,
+                         const char **provided_grad_req_types,
+                         uint32_t num_provided_arg_shapes,
+                         const char **provided_arg_shape_names,
+                         const uint32_t *provided_arg_shape_data,
+                         const uint32_t *provided_arg_shape_idx,
+                         uint32_t num_provided_arg_dtypes,
+                         const char **provided_arg_dtype_names,
+                         const int *provided_arg_dtypes,
+                         uint32_t num_provided_arg_stypes,
+                         const char **provided_arg_stype_names,
+                         const int *provided_arg_stypes,
+                         uint32_t num_shared_arg_names,
+                         const char **shared_arg_name_list,
+                         int *shared_buffer_len,
+                         const char **shared_buffer_name_list,
+                         void **shared_buffer_handle_list,
+                         const char ***updated_shared_buffer_name_list,
+                         void ***updated_shared_buffer_handle_list,
+                         uint32_t *num_in_args,
+                         void ***in_args,
+                         void ***arg_grads,
+                         uint32_t *num_aux_states,
+                         void ***aux_states,
+                         void *shared_exec_handle,
+                         void **out);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXExecutorSimpleBindEx").
@@ -1379,10 +664,113 @@ int MXGenAtomicSymbolFromSymbol(void *sym_handle,
                                 void **ret_sym_handle);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGenBackendSubgraph").
+ */
+int MXGenBackendSubgraph(void *sym_handle,
+                         const char *backend,
+                         void **ret_sym_handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetEnv").
+ */
+int MXGetEnv(const char *name,
+             const char **value);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetFunction").
  */
 int MXGetFunction(const char *name,
                   const void **out);
+
+/*
+ The number of usable GPUs: 0 without a CUDA driver (12.0 or newer) or device. A forked
+ child of a process that initialised CUDA gets -1: CUDA cannot be used there.
+
+ Ownership: `*out` is written on success.
+ */
+int MXGetGPUCount(int *out);
+
+/*
+ Free and total memory of `gpu(dev)` in bytes, from the driver (`cuMemGetInfo`), each
+ converted to `int` as MXNet 1.9 does (`static_cast<int>`: it wraps above 2 GiB; use
+ `MXGetGPUMemoryInformation64`). Without a usable device: -1 with the reason.
+
+ Ownership: `*free_mem` and `*total_mem` are written on success.
+ */
+int MXGetGPUMemoryInformation(int dev,
+                              int *free_mem,
+                              int *total_mem);
+
+/*
+ Free and total memory of `gpu(dev)` in bytes, from the driver (`cuMemGetInfo`). Without
+ a usable device: -1 with the reason.
+
+ Ownership: `*free_mem` and `*total_mem` are written on success.
+ */
+int MXGetGPUMemoryInformation64(int dev,
+                                uint64_t *free_mem,
+                                uint64_t *total_mem);
+
+/*
+ The last error of the calling thread.
+
+ Returns: a message naming the failed call and its cause, prefixed `MXNetError: `; empty
+ if no call has failed on this thread.
+ Ownership: borrowed; valid until the next failing call on the same thread.
+ */
+const char *MXGetLastError(void);
+
+/*
+ The MXNet version this library stands in for (10901 = 1.9.1).
+
+ Ownership: `*out` is written on success.
+ */
+int MXGetVersion(int *out);
+
+/*
+ Runs an op. With `*outputs == NULL` (or `*num_outputs == 0`) the outputs are allocated and
+ `*outputs` / `*num_outputs` describe them; otherwise the results are written into the
+ `*num_outputs` given arrays (an empty array from `MXNDArrayCreateNone` receives a new one).
+ Parameters are strings, as MXNet's frontends send them (`shape="(2, 3)"`, `scalar="2.0"`).
+ An op that libkvstore registers but does not compute fails with "not supported by
+ libkvstore: NAME".
+
+ Ownership: allocated output handles belong to the caller (`MXNDArrayFree`); the array
+ holding them belongs to the library, valid until the next invoke on this thread.
+ */
+int MXImperativeInvoke(void *creator,
+                       int num_inputs,
+                       void **inputs,
+                       int *num_outputs,
+                       void ***outputs,
+                       int num_params,
+                       const char **param_keys,
+                       const char **param_vals);
+
+/*
+ [`MXImperativeInvoke`], also reporting each output's storage type in `*out_stypes`
+ (0 default, 1 row_sparse).
+
+ Ownership: as `MXImperativeInvoke`; `*out_stypes` is valid until the next invoke on this thread.
+ */
+int MXImperativeInvokeEx(void *creator,
+                         int num_inputs,
+                         void **inputs,
+                         int *num_outputs,
+                         void ***outputs,
+                         int num_params,
+                         const char **param_keys,
+                         const char **param_vals,
+                         const int **out_stypes);
+
+/*
+ Sets the parameter-server environment (`DMLC_*` values) for distributed stores.
+
+ Ownership: the strings are copied.
+ */
+int MXInitPSEnv(uint32_t num_vars,
+                const char **keys,
+                const char **vals);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXInvokeCachedOp").
@@ -1409,11 +797,416 @@ int MXInvokeCachedOpEx(void *handle,
 int MXIsNumpyShape(int *curr);
 
 /*
+ A barrier over all workers (it does not wait for pending pushes); returns at once for
+ non-distributed stores.
+
+ Ownership: none.
+ */
+int MXKVStoreBarrier(void *handle);
+
+/*
+ Initialises `vkeys` with `vals`, then pulls `okeys` into `outs`.
+
+ Ownership: the caller keeps every array.
+ */
+int MXKVStoreBroadcast(void *handle,
+                       uint32_t vnum,
+                       const int *vkeys,
+                       uint32_t onum,
+                       const int *okeys,
+                       void **vals,
+                       void **outs,
+                       int priority);
+
+/*
+ Broadcast with string keys; see `MXKVStoreBroadcast`.
+
+ Ownership: the caller keeps every array.
+ */
+int MXKVStoreBroadcastEx(void *handle,
+                         uint32_t vnum,
+                         const char **vkeys,
+                         uint32_t onum,
+                         const char **okeys,
+                         void **vals,
+                         void **outs,
+                         int priority);
+
+/*
+ Creates a store.
+
+ Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
+ reduces as MXNet's `device` store; other non-distributed names (`local`, unknown names)
+ make a `local` store. Names containing `dist` join the MPI job (started by `mpirun`) in
+ the role `DMLC_ROLE` names; `_async` in the name makes servers apply each push at once.
+ Returns: 0, and the new handle in `*out`.
+ Ownership: the caller frees the store with `MXKVStoreFree`.
+ */
+int MXKVStoreCreate(const char *type_,
+                    void **out);
+
+/*
+ Frees a store; arrays it handed out stay valid.
+
+ Ownership: `handle` is invalid afterwards; pending operations finish first.
+ */
+int MXKVStoreFree(void *handle);
+
+/*
+ The number of workers (on every role): 1 for non-distributed stores.
+
+ Ownership: `*ret` is written on success.
+ */
+int MXKVStoreGetGroupSize(void *handle,
+                          int *ret);
+
+/*
+ The number of dead nodes in the groups of `node_id`: always 0 (in a distributed job a dead
+ process makes MPI abort the whole job).
+
+ Ownership: `*number` is written on success.
+ */
+int MXKVStoreGetNumDeadNode(void *handle,
+                            int node_id,
+                            int *number,
+                            int timeout_sec);
+
+/*
+ This process's rank in its group (workers among workers, servers among servers): 0 for
+ non-distributed stores.
+
+ Ownership: `*ret` is written on success.
+ */
+int MXKVStoreGetRank(void *handle,
+                     int *ret);
+
+/*
+ The store's type name, lower-cased.
+
+ Ownership: `*type` is borrowed from the store and valid until `MXKVStoreFree`.
+ */
+int MXKVStoreGetType(void *handle,
+                     const char **type_);
+
+/*
+ Initialises int keys with deep copies of `vals`.
+
+ Parameters: `num` keys and values. Returns: -1 if a key exists already (the store is then
+ unchanged). Ownership: the caller keeps `vals`.
+ */
+int MXKVStoreInit(void *handle,
+                  uint32_t num,
+                  const int *keys,
+                  void **vals);
+
+/*
+ Initialises string keys with deep copies of `vals`; see `MXKVStoreInit`.
+
+ Ownership: the caller keeps `keys` and `vals`.
+ */
+int MXKVStoreInitEx(void *handle,
+                    uint32_t num,
+                    const char **keys,
+                    void **vals);
+
+/*
+ 1 if this process is the scheduler (`DMLC_ROLE=scheduler`), else 0.
+
+ Ownership: `*ret` is written on success.
+ */
+int MXKVStoreIsSchedulerNode(int *ret);
+
+/*
+ 1 if this process is a server (`DMLC_ROLE=server`), else 0.
+
+ Ownership: `*ret` is written on success.
+ */
+int MXKVStoreIsServerNode(int *ret);
+
+/*
+ 1 if this process is a worker (`DMLC_ROLE` unset or `worker`), else 0.
+
+ Ownership: `*ret` is written on success.
+ */
+int MXKVStoreIsWorkerNode(int *ret);
+
+/*
+ Pulls int keys into dense outputs; sparse outputs are skipped (as MXNet does).
+
+ Ownership: the caller keeps `vals`, which the store writes.
+ */
+int MXKVStorePull(void *handle,
+                  uint32_t num,
+                  const int *keys,
+                  void **vals,
+                  int priority);
+
+/*
+ Pulls string keys into dense outputs; see `MXKVStorePull`.
+
+ Ownership: the caller keeps `keys` and `vals`.
+ */
+int MXKVStorePullEx(void *handle,
+                    uint32_t num,
+                    const char **keys,
+                    void **vals,
+                    int priority);
+
+/*
+ Pulls the rows `row_ids[i]` of int keys into row_sparse `vals[i]`: the output's rows are
+ the sorted unique ids (any dtype and shape), zero where the stored value has no such row.
+ Returns: -1 for a dense output, dense stored value or sparse row ids.
+
+ Ownership: the caller keeps `vals` and `row_ids`.
+ */
+int MXKVStorePullRowSparse(void *handle,
+                           uint32_t num,
+                           const int *keys,
+                           void **vals,
+                           void *const *row_ids,
+                           int priority);
+
+/*
+ Pulls rows of string keys; see `MXKVStorePullRowSparse`.
+
+ Ownership: the caller keeps `keys`, `vals` and `row_ids`.
+ */
+int MXKVStorePullRowSparseEx(void *handle,
+                             uint32_t num,
+                             const char **keys,
+                             void **vals,
+                             void *const *row_ids,
+                             int priority);
+
+/*
+ Pulls int keys into `vals`; sparse outputs are skipped unless `ignore_sparse` is false.
+
+ Ownership: the caller keeps `vals`, which the store writes.
+ */
+int MXKVStorePullWithSparse(void *handle,
+                            uint32_t num,
+                            const int *keys,
+                            void **vals,
+                            int priority,
+                            bool ignore_sparse);
+
+/*
+ Pulls string keys; see `MXKVStorePullWithSparse`.
+
+ Ownership: the caller keeps `keys` and `vals`.
+ */
+int MXKVStorePullWithSparseEx(void *handle,
+                              uint32_t num,
+                              const char **keys,
+                              void **vals,
+                              int priority,
+                              bool ignore_sparse);
+
+/*
+ Pushes values to int keys: the values of each key are summed, then the updater runs (or the
+ sum is stored). Returns once scheduled.
+
+ Returns: -1 for an uninitialised key, or a value whose shape or dtype differs from the
+ stored one (nothing is pushed then). Ownership: the caller keeps `vals`; the store copies.
+ */
+int MXKVStorePush(void *handle,
+                  uint32_t num,
+                  const int *keys,
+                  void **vals,
+                  int priority);
+
+/*
+ Pushes values to string keys; see `MXKVStorePush`.
+
+ Ownership: the caller keeps `keys` and `vals`.
+ */
+int MXKVStorePushEx(void *handle,
+                    uint32_t num,
+                    const char **keys,
+                    void **vals,
+                    int priority);
+
+/*
+ Pushes `vals` to `vkeys`, then pulls `okeys` into `outs`; every push reads its inputs
+ before any pull writes, so `outs` may be `vals` (in-place allreduce).
+
+ Ownership: the caller keeps every array.
+ */
+int MXKVStorePushPull(void *handle,
+                      uint32_t vnum,
+                      const int *vkeys,
+                      uint32_t onum,
+                      const int *okeys,
+                      void **vals,
+                      void **outs,
+                      int priority);
+
+/*
+ Push-pull with string keys; see `MXKVStorePushPull`.
+
+ Ownership: the caller keeps every array.
+ */
+int MXKVStorePushPullEx(void *handle,
+                        uint32_t vnum,
+                        const char **vkeys,
+                        uint32_t onum,
+                        const char **okeys,
+                        void **vals,
+                        void **outs,
+                        int priority);
+
+/*
+ Runs a parameter server until worker 0 stops it (on a scheduler: joins the start and exit
+ barriers); the controller receives command 0 on this thread. Returns at once for
+ non-distributed stores (the controller is never called); -1 on a worker.
+
+ Ownership: `controller_handle` is passed back untouched.
+ */
+int MXKVStoreRunServer(void *handle,
+                       MXKVStoreServerController controller,
+                       void *controller_handle);
+
+/*
+ Sends a command to every server and returns after each has handled it (0 runs the
+ servers' controllers); nothing to do for non-distributed stores. (The triple `m`
+ is MXNet's spelling, kept for ABI compatibility.)
+
+ Ownership: `cmd_body` is read during the call only.
+ */
+int MXKVStoreSendCommmandToServers(void *handle,
+                                   int cmd_id,
+                                   const char *cmd_body);
+
+/*
+ Whether freeing a distributed store waits at a barrier first; recorded, no effect locally.
+
+ Ownership: none.
+ */
+int MXKVStoreSetBarrierBeforeExit(void *handle,
+                                  int barrier_before_exit);
+
+/*
+ Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), `threshold`
+ > 0 (default 0.5). `device` stores apply it to every later push; `local` stores accept and
+ ignore it, as MXNet does.
+
+ Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
+ type, a threshold ≤ 0 or an unknown key. Ownership: the strings are copied.
+ */
+int MXKVStoreSetGradientCompression(void *handle,
+                                    uint32_t num_params,
+                                    const char **keys,
+                                    const char **vals);
+
+/*
+ Installs the int updater, called as `updater(key, recv, local, updater_handle)` on the
+ pushing thread, once per key in ascending key order. A string-key store passes internal
+ ids 0, 1, ... (init order). NULL resets pushes to assignment.
+
+ Ownership: `recv` and `local` are new handles the updater must `MXNDArrayFree`; it changes
+ the store by writing `local` in place. `updater_handle` is passed back untouched.
+ */
+int MXKVStoreSetUpdater(void *handle,
+                        MXKVStoreUpdater updater,
+                        void *updater_handle);
+
+/*
+ Installs the int updater and the string updater (used by string-key stores); see
+ `MXKVStoreSetUpdater`.
+
+ Ownership: as for `MXKVStoreSetUpdater`; the key string is valid during the call only.
+ */
+int MXKVStoreSetUpdaterEx(void *handle,
+                          MXKVStoreUpdater updater,
+                          MXKVStoreStrUpdater str_updater,
+                          void *updater_handle);
+
+/*
+ The library's features (MXNet's 32 names; all disabled but CUDA when a GPU is usable).
+
+ Ownership: the array belongs to the library and lives for the process.
+ */
+int MXLibInfoFeatures(const struct LibFeature **libFeature,
+                      size_t *size);
+
+/*
+ Every registered op name, aliases included.
+
+ Ownership: the array and strings belong to the library and live for the process.
+ */
+int MXListAllOpNames(uint32_t *out_size,
+                     const char ***out_array);
+
+/*
+ The registered data iterators (names only; see `MXDataIterGetIterInfo`).
+
+ Ownership: the array belongs to the library and lives for the process.
+ */
+int MXListDataIters(uint32_t *out_size,
+                    void ***out_array);
+
+/*
+ The legacy function registry: empty in libkvstore (every op is reached through the op
+ registry instead).
+
+ Ownership: `*out_array` belongs to the library.
+ */
+int MXListFunctions(uint32_t *out_size,
+                    const void ***out_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXLoadLib").
+ */
+int MXLoadLib(const char *path,
+              uint32_t verbose);
+
+/*
+ A view of row `idx` (first dimension dropped) sharing memory with the array.
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayAt(void *handle,
+                uint32_t idx,
+                void **out);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayAt64").
  */
 int MXNDArrayAt64(void *handle,
                   int64_t idx,
                   void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCallDLPackDeleter").
+ */
+int MXNDArrayCallDLPackDeleter(void *dlpack);
+
+/*
+ Creates a dense float32 array. `delay_alloc` is accepted; memory is zeroed either way.
+
+ Parameters: dev_type 1 cpu, 2 gpu (needs CUDA), 3 cpu_pinned, 5 cpu_shared.
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayCreate(const uint32_t *shape,
+                    uint32_t ndim,
+                    int dev_type,
+                    int dev_id,
+                    int delay_alloc,
+                    void **out);
+
+/*
+ Creates a dense array of MXNet dtype code `dtype` (0 float32, 1 float64, 2 float16,
+ 3 uint8, 4 int32, 5 int8, 6 int64, 7 bool, 12 bfloat16).
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayCreateEx(const uint32_t *shape,
+                      uint32_t ndim,
+                      int dev_type,
+                      int dev_id,
+                      int delay_alloc,
+                      int dtype,
+                      void **out);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCreateEx64").
@@ -1425,6 +1218,52 @@ int MXNDArrayCreateEx64(const int64_t *shape,
                         int delay_alloc,
                         int dtype,
                         void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCreateFromSharedMem").
+ */
+int MXNDArrayCreateFromSharedMem(int shared_pid,
+                                 int shared_id,
+                                 const uint32_t *shape,
+                                 uint32_t ndim,
+                                 int dtype,
+                                 void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCreateFromSharedMemEx").
+ */
+int MXNDArrayCreateFromSharedMemEx(int shared_pid,
+                                   int shared_id,
+                                   const int *shape,
+                                   int ndim,
+                                   int dtype,
+                                   void **out);
+
+/*
+ Creates an empty array: no shape, dtype -1, storage type -1 (an output to be filled later).
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayCreateNone(void **out);
+
+/*
+ Creates a sparse array (storage type 1 row_sparse, 2 csr) with `num_aux` aux arrays whose
+ dtypes, dimension counts and concatenated shapes are given.
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayCreateSparseEx(int storage_type,
+                            const uint32_t *shape,
+                            uint32_t ndim,
+                            int dev_type,
+                            int dev_id,
+                            int delay_alloc,
+                            int dtype,
+                            uint32_t num_aux,
+                            int *aux_type,
+                            uint32_t *aux_ndims,
+                            const uint32_t *aux_shape,
+                            void **out);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayCreateSparseEx64").
@@ -1449,6 +1288,78 @@ int MXNDArrayDetach(void *handle,
                     void **out);
 
 /*
+ Frees a handle. The memory lives on while other views or a store still use it.
+
+ Ownership: `handle` is invalid afterwards.
+ */
+int MXNDArrayFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayFromDLPack").
+ */
+int MXNDArrayFromDLPack(void *dlpack,
+                        void **out_handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayFromDLPackEx").
+ */
+int MXNDArrayFromDLPackEx(void *dlpack,
+                          bool transient_handle,
+                          void **out_handle);
+
+/*
+ A dense copy of aux array `i` (waits for pending writes).
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayGetAuxNDArray(void *handle,
+                           uint32_t i,
+                           void **out);
+
+/*
+ The dtype code of aux array `i`.
+
+ Ownership: `*out_type` is written on success.
+ */
+int MXNDArrayGetAuxType(void *handle,
+                        uint32_t i,
+                        int *out_type);
+
+/*
+ The context: device type code and id; (0, 0) for an empty array.
+
+ Ownership: both out-parameters are written on success.
+ */
+int MXNDArrayGetContext(void *handle,
+                        int *out_dev_type,
+                        int *out_dev_id);
+
+/*
+ The dtype code; -1 for an empty array.
+
+ Ownership: `*out_dtype` is written on success.
+ */
+int MXNDArrayGetDType(void *handle,
+                      int *out_dtype);
+
+/*
+ A raw pointer to the values (NULL for an empty array). Does not wait: call
+ `MXNDArrayWaitToRead` / `MXNDArrayWaitToWrite` first, as with MXNet.
+
+ Ownership: borrowed; valid while any view of the memory lives.
+ */
+int MXNDArrayGetData(void *handle,
+                     void **out_pdata);
+
+/*
+ A dense copy of the stored values (waits for pending writes).
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayGetDataNDArray(void *handle,
+                            void **out);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetGrad").
  */
 int MXNDArrayGetGrad(void *handle,
@@ -1461,11 +1372,46 @@ int MXNDArrayGetGradState(void *handle,
                           int *out);
 
 /*
+ The shape (deprecated form). An empty array has 0 dimensions.
+
+ Ownership: `*out_pdata` points into a thread-local buffer valid until the next shape call
+ on this thread.
+ */
+int MXNDArrayGetShape(void *handle,
+                      uint32_t *out_dim,
+                      const uint32_t **out_pdata);
+
+/*
+ The shape. An empty array has 0 dimensions.
+
+ Ownership: `*out_pdata` points into a thread-local buffer valid until the next shape call
+ on this thread.
+ */
+int MXNDArrayGetShapeEx(void *handle,
+                        int *out_dim,
+                        const int **out_pdata);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetShapeEx64").
  */
 int MXNDArrayGetShapeEx64(void *handle,
                           int *out_dim,
                           const int64_t **out_pdata);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayGetSharedMemHandle").
+ */
+int MXNDArrayGetSharedMemHandle(void *handle,
+                                int *shared_pid,
+                                int *shared_id);
+
+/*
+ The storage type code: 0 dense, 1 row_sparse, 2 csr; -1 for an empty array.
+
+ Ownership: `*out_storage_type` is written on success.
+ */
+int MXNDArrayGetStorageType(void *handle,
+                            int *out_storage_type);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayLoad").
@@ -1494,6 +1440,28 @@ int MXNDArrayLoadFromRawBytes(const void *buf,
                               void **out);
 
 /*
+ A view with another shape of the same size (dims: 0 keeps, -1 infers).
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayReshape(void *handle,
+                     int ndim,
+                     int *dims,
+                     void **out);
+
+/*
+ [`MXNDArrayReshape`] with 64-bit dims and MXNet's `reverse` flag (what Python's and
+ Perl's `reshape` call).
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArrayReshape64(void *handle,
+                       int ndim,
+                       int64_t *dims,
+                       bool reverse,
+                       void **out);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySave").
  */
 int MXNDArraySave(const char *fname,
@@ -1515,6 +1483,16 @@ int MXNDArraySetGradState(void *handle,
                           int state);
 
 /*
+ A view of rows `[slice_begin, slice_end)` sharing memory with the array.
+
+ Ownership: the caller frees `*out` with `MXNDArrayFree`.
+ */
+int MXNDArraySlice(void *handle,
+                   uint32_t slice_begin,
+                   uint32_t slice_end,
+                   void **out);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArraySlice64").
  */
 int MXNDArraySlice64(void *handle,
@@ -1527,6 +1505,130 @@ int MXNDArraySlice64(void *handle,
  */
 int MXNDArraySyncCheckFormat(void *handle,
                              bool full_check);
+
+/*
+ Copies `size` elements (of the array's dtype) from host memory into the array, after its
+ pending operations.
+
+ Ownership: `data` is read during the call only.
+ */
+int MXNDArraySyncCopyFromCPU(void *handle,
+                             const void *data,
+                             size_t size);
+
+/*
+ Copies `handle_src` into `handle_dst`: `i = -1` the values (a sparse destination takes the
+ source's rows as its stored values), `i >= 0` aux array `i`. Synchronous.
+
+ Ownership: both handles stay the caller's.
+ */
+int MXNDArraySyncCopyFromNDArray(void *handle_dst,
+                                 void *handle_src,
+                                 int i);
+
+/*
+ Copies the array's `size` elements to host memory, after pending writes.
+
+ Ownership: `data` is written during the call only.
+ */
+int MXNDArraySyncCopyToCPU(void *handle,
+                           void *data,
+                           size_t size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayToDLPack").
+ */
+int MXNDArrayToDLPack(void *handle,
+                      void **out_dlpack);
+
+/*
+ Waits until every pending operation has finished. Answers -1 with the message of the
+ first asynchronous operation that failed since the last `MXNDArrayWaitAll` (every such
+ failure is then cleared).
+
+ Ownership: none.
+ */
+int MXNDArrayWaitAll(void);
+
+/*
+ Waits until pending writes to the array have finished. Answers -1 with the message of an
+ asynchronous operation that failed writing it (the failure is then cleared).
+
+ Ownership: none.
+ */
+int MXNDArrayWaitToRead(void *handle);
+
+/*
+ Waits until pending reads and writes of the array have finished. Answers -1 with the
+ message of an asynchronous operation that failed writing it (the failure is then cleared).
+
+ Ownership: none.
+ */
+int MXNDArrayWaitToWrite(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDListCreate").
+ */
+int MXNDListCreate(const char *nd_file_bytes,
+                   int nd_file_size,
+                   void **out,
+                   uint32_t *out_length);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDListFree").
+ */
+int MXNDListFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDListGet").
+ */
+int MXNDListGet(void *handle,
+                uint32_t index,
+                const char **out_key,
+                const float **out_data,
+                const uint32_t **out_shape,
+                uint32_t *out_ndim);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNetFuncCall").
+ */
+int MXNetFuncCall(void *func,
+                  void *arg_values,
+                  int *type_codes,
+                  int num_args,
+                  void *ret_val,
+                  int *ret_type_code);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNetFuncFree").
+ */
+int MXNetFuncFree(void *func);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNetFuncGetGlobal").
+ */
+int MXNetFuncGetGlobal(const char *name,
+                       void **out);
+
+/*
+ The packed-function registry (MXNet's `_api_internal` / numpy FFI): empty in libkvstore.
+
+ Ownership: `*out_array` belongs to the library.
+ */
+int MXNetFuncListGlobalNames(int *out_size,
+                             const char ***out_array);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNetObjectFree").
+ */
+int MXNetObjectFree(void *obj);
+
+/*
+ Waits for all pending operations before the process exits.
+
+ Ownership: none.
+ */
+int MXNotifyShutdown(void);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXOptimizeForBackend").
@@ -1561,6 +1663,252 @@ int MXOptimizeForBackend(void *sym_handle,
                          char ***new_aux_names_handle);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredCreate").
+ */
+int MXPredCreate(const char *symbol_json_str,
+                 const void *param_bytes,
+                 int param_size,
+                 int dev_type,
+                 int dev_id,
+                 uint32_t num_input_nodes,
+                 const char **input_keys,
+                 const uint32_t *input_shape_indptr,
+                 const uint32_t *input_shape_data,
+                 void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredCreateEx").
+ */
+int MXPredCreateEx(const char *symbol_json_str,
+                   const void *param_bytes,
+                   int param_size,
+                   int dev_type,
+                   int dev_id,
+                   uint32_t num_input_nodes,
+                   const char **input_keys,
+                   const uint32_t *input_shape_indptr,
+                   const uint32_t *input_shape_data,
+                   uint32_t num_provided_arg_dtypes,
+                   const char **provided_arg_dtype_names,
+                   const int *provided_arg_dtypes,
+                   void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredCreateMultiThread").
+ */
+int MXPredCreateMultiThread(const char *symbol_json_str,
+                            const void *param_bytes,
+                            int param_size,
+                            int dev_type,
+                            int dev_id,
+                            uint32_t num_input_nodes,
+                            const char **input_keys,
+                            const uint32_t *input_shape_indptr,
+                            const uint32_t *input_shape_data,
+                            int num_threads,
+                            void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredCreatePartialOut").
+ */
+int MXPredCreatePartialOut(const char *symbol_json_str,
+                           const void *param_bytes,
+                           int param_size,
+                           int dev_type,
+                           int dev_id,
+                           uint32_t num_input_nodes,
+                           const char **input_keys,
+                           const uint32_t *input_shape_indptr,
+                           const uint32_t *input_shape_data,
+                           uint32_t num_output_nodes,
+                           const char **output_keys,
+                           void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredForward").
+ */
+int MXPredForward(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredFree").
+ */
+int MXPredFree(void *handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredGetOutput").
+ */
+int MXPredGetOutput(void *handle,
+                    uint32_t index,
+                    float *data,
+                    uint32_t size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredGetOutputShape").
+ */
+int MXPredGetOutputShape(void *handle,
+                         uint32_t index,
+                         uint32_t **shape_data,
+                         uint32_t *shape_ndim);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredGetOutputType").
+ */
+int MXPredGetOutputType(void *handle,
+                        uint32_t out_index,
+                        int *out_dtype);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredPartialForward").
+ */
+int MXPredPartialForward(void *handle,
+                         int step,
+                         int *step_left);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredReshape").
+ */
+int MXPredReshape(uint32_t num_input_nodes,
+                  const char **input_keys,
+                  const uint32_t *input_shape_indptr,
+                  const uint32_t *input_shape_data,
+                  void *handle,
+                  void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredSetInput").
+ */
+int MXPredSetInput(void *handle,
+                   const char *key,
+                   const float *data,
+                   uint32_t size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXPredSetMonitorCallback").
+ */
+int MXPredSetMonitorCallback(void *handle,
+                             PredMonitorCallback callback,
+                             void *callback_handle,
+                             bool monitor_all);
+
+/*
+ [`MXProfilePause`] for `profile_process` 0 (worker); 1 (server) answers -1.
+ */
+int MXProcessProfilePause(int paused,
+                          int profile_process,
+                          void *kvStoreHandle);
+
+/*
+ Adds `value` (may be negative) to a counter; a result below 0 answers -1 and keeps it.
+ */
+int MXProfileAdjustCounter(void *counter_handle,
+                           int64_t value);
+
+/*
+ A new counter of `domain`, starting at 0.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateCounter(void *domain,
+                           const char *counter_name,
+                           void **out);
+
+/*
+ A new domain: the category its tasks, frames, counters and markers appear under.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateDomain(const char *domain,
+                          void **out);
+
+/*
+ A new event (category "event"): a span on one thread.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateEvent(const char *event_name,
+                         void **out);
+
+/*
+ A new frame of `domain`: a span on one thread.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateFrame(void *domain,
+                         const char *frame_name,
+                         void **out);
+
+/*
+ A new task of `domain`: a span that may start and stop on different threads.
+
+ Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
+ */
+int MXProfileCreateTask(void *domain,
+                        const char *task_name,
+                        void **out);
+
+/*
+ Frees a task, frame, event, counter or domain handle (recorded events stay).
+ */
+int MXProfileDestroyHandle(void *frame_handle);
+
+/*
+ Starts a task, frame or event.
+ */
+int MXProfileDurationStart(void *duration_handle);
+
+/*
+ Stops a started task, frame or event, recording its span while the profiler runs; -1 if
+ it was not started.
+ */
+int MXProfileDurationStop(void *duration_handle);
+
+/*
+ Pauses (non-zero) or resumes (0) recording while the profiler runs.
+ */
+int MXProfilePause(int paused);
+
+/*
+ Sets a counter.
+ */
+int MXProfileSetCounter(void *counter_handle,
+                        uint64_t value);
+
+/*
+ Records an instant marker in `domain`; `scope` is "global", "process", "thread", "task"
+ or "marker".
+ */
+int MXProfileSetMarker(void *domain,
+                       const char *instant_marker_name,
+                       const char *scope);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXQuantizeSymbol").
+ */
+int MXQuantizeSymbol(void *sym_handle,
+                     void **ret_sym_handle,
+                     const int *dev_type,
+                     uint32_t num_excluded_sym_names,
+                     const char **excluded_sym_names,
+                     uint32_t num_excluded_op_names,
+                     const char **excluded_op_names,
+                     uint32_t num_offline,
+                     const char **offline_params,
+                     const char *quantized_dtype,
+                     bool calib_quantize,
+                     const char *quantize_mode,
+                     const char *quantize_granularity,
+                     uint32_t *out_num_calib_names,
+                     const char ***out_calib_names);
+
+/*
+ Seeds the random generators. libkvstore has no random ops, so there is nothing to seed;
+ the call succeeds so that frontends' test fixtures can call it.
+
+ Ownership: none.
+ */
+int MXRandomSeed(int seed);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRandomSeedContext").
  */
 int MXRandomSeedContext(int seed,
@@ -1592,6 +1940,12 @@ int MXRecordIOReaderSeek(void *handle,
                          size_t pos);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOReaderTell").
+ */
+int MXRecordIOReaderTell(void *handle,
+                         size_t *pos);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRecordIOWriterCreate").
  */
 int MXRecordIOWriterCreate(const char *uri,
@@ -1614,6 +1968,43 @@ int MXRecordIOWriterTell(void *handle,
 int MXRecordIOWriterWriteRecord(void *handle,
                                 const char *buf,
                                 size_t size);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXReducePrecisionSymbol").
+ */
+int MXReducePrecisionSymbol(void *sym_handle,
+                            void **ret_sym_handle,
+                            uint32_t num_args,
+                            const int *arg_type_data,
+                            uint32_t num_ind_ptr,
+                            const int *ind_ptr,
+                            const int *target_dtype,
+                            int cast_optional_params,
+                            uint32_t num_target_dtype_op_names,
+                            uint32_t num_fp32_op_names,
+                            uint32_t num_widest_dtype_op_names,
+                            uint32_t num_conditional_fp32_op_names,
+                            uint32_t num_excluded_symbols,
+                            uint32_t num_model_params,
+                            const char **target_dtype_op_names,
+                            const char **fp32_op_names,
+                            const char **widest_dtype_op_names,
+                            const char **conditional_fp32_op_names,
+                            const char **excluded_symbols,
+                            const char **conditional_param_names,
+                            const char **conditional_param_vals,
+                            const char **model_param_names,
+                            const char **arg_names);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRemoveSubgraphPropertyOpNames").
+ */
+int MXRemoveSubgraphPropertyOpNames(const char *prop_name);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRemoveSubgraphPropertyOpNamesV2").
+ */
+int MXRemoveSubgraphPropertyOpNamesV2(const char *prop_name);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXRtcCreate").
@@ -1694,6 +2085,22 @@ int MXRtcPush(void *handle,
               uint32_t blockDimZ);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetCalibTableToQuantizedSymbol").
+ */
+int MXSetCalibTableToQuantizedSymbol(void *qsym_handle,
+                                     uint32_t num_layers,
+                                     const char **layer_names,
+                                     const float *low_quantiles,
+                                     const float *high_quantiles,
+                                     void **ret_sym_handle);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetEnv").
+ */
+int MXSetEnv(const char *name,
+             const char *value);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetIsNumpyShape").
  */
 int MXSetIsNumpyShape(int is_np_shape,
@@ -1703,6 +2110,74 @@ int MXSetIsNumpyShape(int is_np_shape,
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetNumOMPThreads").
  */
 int MXSetNumOMPThreads(int thread_num);
+
+/*
+ [`MXSetProfilerConfig`] for a process. `kvstoreHandle` would only reach servers, which
+ need a distributed store (`profile_process` = "server" answers -1), so it is not read:
+ MXNet's Python frontend passes the last store it created, possibly freed since.
+
+ Ownership: `keys` and `vals` are read during the call only.
+ */
+int MXSetProcessProfilerConfig(int num_params,
+                               const char *const *keys,
+                               const char *const *vals,
+                               void *kvstoreHandle);
+
+/*
+ [`MXSetProfilerState`] for `profile_process` 0 (worker); 1 (server) answers -1.
+ */
+int MXSetProcessProfilerState(int state,
+                              int profile_process,
+                              void *kvStoreHandle);
+
+/*
+ Configures the profiler with MXNet's keys: `filename` (default profile.json), `profile_all`,
+ `profile_api` (store calls), `profile_imperative`/`profile_symbolic` (engine ops),
+ `profile_memory`, `aggregate_stats`, `continuous_dump`, `dump_period`, `profile_process`.
+ An unknown key or a bad value answers -1 and changes nothing.
+
+ Ownership: `keys` and `vals` are read during the call only.
+ */
+int MXSetProfilerConfig(int num_params,
+                        const char *const *keys,
+                        const char *const *vals);
+
+/*
+ Starts (1) or stops (0) recording. Starting enables [`MXDumpProfile`].
+ */
+int MXSetProfilerState(int state);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetSubgraphPropertyOpNames").
+ */
+int MXSetSubgraphPropertyOpNames(const char *prop_name,
+                                 uint32_t num_ops,
+                                 const char **op_names);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetSubgraphPropertyOpNamesV2").
+ */
+int MXSetSubgraphPropertyOpNamesV2(const char *prop_name,
+                                   uint32_t num_ops,
+                                   const char **op_names);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXShallowCopyNDArray").
+ */
+int MXShallowCopyNDArray(void *src,
+                         void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXShallowCopySymbol").
+ */
+int MXShallowCopySymbol(void *src,
+                        void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXStorageEmptyCache").
+ */
+int MXStorageEmptyCache(int dev_type,
+                        int dev_id);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCompose").
@@ -1754,9 +2229,33 @@ int MXSymbolCreateVariable(const char *name,
                            void **out);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolCutSubgraph").
+ */
+int MXSymbolCutSubgraph(void *sym,
+                        void ***inputs,
+                        int *input_size);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolFree").
  */
 int MXSymbolFree(void *symbol);
+
+/*
+ An op's name, description, arguments (names, MXNet type strings, descriptions) and
+ variadic-count parameter. `return_type` may be NULL; when given it receives NULL, as
+ MXNet writes for every op.
+
+ Ownership: every string and array belongs to the library and lives for the process.
+ */
+int MXSymbolGetAtomicSymbolInfo(void *creator,
+                                const char **name,
+                                const char **description,
+                                uint32_t *num_args,
+                                const char ***arg_names,
+                                const char ***arg_type_infos,
+                                const char ***arg_descriptions,
+                                const char **key_var_num_args,
+                                const char **return_type);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetAtomicSymbolName").
@@ -1777,6 +2276,13 @@ int MXSymbolGetAttr(void *symbol,
  */
 int MXSymbolGetChildren(void *symbol,
                         void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetInputSymbols").
+ */
+int MXSymbolGetInputSymbols(void *sym,
+                            void ***inputs,
+                            int *input_size);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolGetInternals").
@@ -1811,6 +2317,25 @@ int MXSymbolGrad(void *sym,
                  uint32_t num_wrt,
                  const char **wrt,
                  void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShape").
+ */
+int MXSymbolInferShape(void *sym,
+                       uint32_t num_args,
+                       const char **keys,
+                       const uint32_t *arg_ind_ptr,
+                       const uint32_t *arg_shape_data,
+                       uint32_t *in_shape_size,
+                       const uint32_t **in_shape_ndim,
+                       const uint32_t ***in_shape_data,
+                       uint32_t *out_shape_size,
+                       const uint32_t **out_shape_ndim,
+                       const uint32_t ***out_shape_data,
+                       uint32_t *aux_shape_size,
+                       const uint32_t **aux_shape_ndim,
+                       const uint32_t ***aux_shape_data,
+                       int *complete);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapeEx").
@@ -1849,6 +2374,25 @@ int MXSymbolInferShapeEx64(void *sym,
                            const int **aux_shape_ndim,
                            const int64_t ***aux_shape_data,
                            int *complete);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapePartial").
+ */
+int MXSymbolInferShapePartial(void *sym,
+                              uint32_t num_args,
+                              const char **keys,
+                              const uint32_t *arg_ind_ptr,
+                              const uint32_t *arg_shape_data,
+                              uint32_t *in_shape_size,
+                              const uint32_t **in_shape_ndim,
+                              const uint32_t ***in_shape_data,
+                              uint32_t *out_shape_size,
+                              const uint32_t **out_shape_ndim,
+                              const uint32_t ***out_shape_data,
+                              uint32_t *aux_shape_size,
+                              const uint32_t **aux_shape_ndim,
+                              const uint32_t ***aux_shape_data,
+                              int *complete);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolInferShapePartialEx").
@@ -1926,6 +2470,14 @@ int MXSymbolListArguments(void *symbol,
                           const char ***out_str_array);
 
 /*
+ One handle per op (aliases not repeated).
+
+ Ownership: the array belongs to the library and lives for the process.
+ */
+int MXSymbolListAtomicSymbolCreators(uint32_t *out_size,
+                                     void ***out_array);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolListAttr").
  */
 int MXSymbolListAttr(void *symbol,
@@ -1960,6 +2512,12 @@ int MXSymbolPrint(void *symbol,
                   const char **out_str);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolRemoveAmpCast").
+ */
+int MXSymbolRemoveAmpCast(void *sym_handle,
+                          void **ret_sym_handle);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSymbolSaveToFile").
  */
 int MXSymbolSaveToFile(void *symbol,
@@ -1979,10 +2537,38 @@ int MXSymbolSetAttr(void *symbol,
                     const char *value);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXTVMBridge").
+ */
+int MXTVMBridge(void *pregister);
+
+/*
+ Sets the calling thread's last error to `msg` (nnvm's frontends report their own errors
+ through it). A NULL or non-UTF-8 `msg` records that fact instead.
+
+ Ownership: `msg` is read during the call only.
+ */
+void NNAPISetLastError(const char *msg);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNAddControlDeps").
  */
 int NNAddControlDeps(void *handle,
                      void *src_dep);
+
+/*
+ nnvm's spelling of [`MXGetLastError`]: the same thread-local message.
+
+ Ownership: borrowed; valid until the next failing call on the same thread.
+ */
+const char *NNGetLastError(void);
+
+/*
+ The handle of the op named `op_name` (canonical name or alias).
+
+ Ownership: `*op_out` is a token valid for the process; it is never freed.
+ */
+int NNGetOpHandle(const char *op_name,
+                  void **op_out);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNGetOpInfo").
@@ -2044,6 +2630,14 @@ int NNGraphSetNodeEntryListAttr_(void *handle,
                                  void *list);
 
 /*
+ nnvm's [`MXListAllOpNames`].
+
+ Ownership: the array and strings belong to the library and live for the process.
+ */
+int NNListAllOpNames(uint32_t *out_size,
+                     const char ***out_array);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNListUniqueOps").
  */
 int NNListUniqueOps(uint32_t *out_size,
@@ -2100,10 +2694,22 @@ int NNSymbolGetAttr(void *symbol,
                     int *success);
 
 /*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetChildren").
+ */
+int NNSymbolGetChildren(void *symbol,
+                        void **out);
+
+/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetInternals").
  */
 int NNSymbolGetInternals(void *symbol,
                          void **out);
+
+/*
+ Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetNumOutputs").
+ */
+int NNSymbolGetNumOutputs(void *symbol,
+                          uint32_t *output_count);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: NNSymbolGetOutput").

@@ -29,6 +29,7 @@ scripts/gen-header.sh --check
 # The generated stubs and operator catalog match their generators and the committed lists.
 python3 scripts/gen-stubs.py --check
 python3 scripts/gen-op-catalog.py --check
+scripts/gen-export-list.sh --check
 cargo test --release
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
@@ -41,4 +42,6 @@ export KVSTORE_REQUIRE_DIST=1
 python3 -m unittest discover -s tests/launcher
 scripts/dist-diff
 scripts/dist-python.sh
+# Hosted mode: unchanged training scripts on pure MXNet and with libkvstore hosting its store.
+tests/hosted/run.sh
 bash ctests/run_sanitized.sh

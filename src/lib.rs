@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod ffi;
 pub mod gpu;
+pub mod hosted;
 pub mod ndarray;
 pub mod ops;
 pub mod profiler;

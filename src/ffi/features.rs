@@ -46,7 +46,6 @@ static FEATURES: Lazy<Features> = Lazy::new(|| {
 /// The library's features (MXNet's 32 names; all disabled but CUDA when a GPU is usable).
 ///
 /// Ownership: the array belongs to the library and lives for the process.
-#[no_mangle]
 pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *mut usize) -> c_int {
     ffi_boundary!({
         let (list, n) = (Out::new(libFeature, "libFeature")?, Out::new(size, "size")?);
@@ -60,7 +59,6 @@ pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *m
 /// the call succeeds so that frontends' test fixtures can call it.
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXRandomSeed(seed: c_int) -> c_int {
     let _ = seed;
     ffi_boundary!({ Ok(()) })
@@ -92,7 +90,6 @@ fn iterator_index(creator: *mut c_void) -> Result<usize> {
 /// The registered data iterators (names only; see `MXDataIterGetIterInfo`).
 ///
 /// Ownership: the array belongs to the library and lives for the process.
-#[no_mangle]
 pub extern "C" fn MXListDataIters(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
     ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -105,7 +102,6 @@ pub extern "C" fn MXListDataIters(out_size: *mut u32, out_array: *mut *mut *mut 
 /// A data iterator's name and description; it declares no arguments.
 ///
 /// Ownership: every string and array belongs to the library and lives for the process.
-#[no_mangle]
 pub extern "C" fn MXDataIterGetIterInfo(
     creator: *mut c_void,
     name: *mut *const c_char,

@@ -24,7 +24,6 @@ use std::os::raw::{c_char, c_int, c_void};
 /// the role `DMLC_ROLE` names; `_async` in the name makes servers apply each push at once.
 /// Returns: 0, and the new handle in `*out`.
 /// Ownership: the caller frees the store with `MXKVStoreFree`.
-#[no_mangle]
 pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
     ffi_boundary!({
         let name = args::string(r#type, "type")?;
@@ -37,7 +36,6 @@ pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle
 /// Frees a store; arrays it handed out stay valid.
 ///
 /// Ownership: `handle` is invalid afterwards; pending operations finish first.
-#[no_mangle]
 pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     ffi_boundary!({ handle::free_kvstore(handle) })
 }
@@ -48,7 +46,6 @@ pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
 ///
 /// Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
 /// type, a threshold ≤ 0 or an unknown key. Ownership: the strings are copied.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSetGradientCompression(
     handle: KVStoreHandle,
     num_params: u32,
@@ -68,7 +65,6 @@ pub extern "C" fn MXKVStoreSetGradientCompression(
 ///
 /// Parameters: `num` keys and values. Returns: -1 if a key exists already (the store is then
 /// unchanged). Ownership: the caller keeps `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({ calls::init(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals) })
 }
@@ -76,7 +72,6 @@ pub extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_
 /// Initialises string keys with deep copies of `vals`; see `MXKVStoreInit`.
 ///
 /// Ownership: the caller keeps `keys` and `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({ calls::init(handle, Keys::Str(&calls::str_keys(keys, num, "keys")?), vals) })
 }
@@ -86,7 +81,6 @@ pub extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *c
 ///
 /// Returns: -1 for an uninitialised key, or a value whose shape or dtype differs from the
 /// stored one (nothing is pushed then). Ownership: the caller keeps `vals`; the store copies.
-#[no_mangle]
 pub extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
     ffi_boundary!({ calls::push(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority) })
 }
@@ -94,7 +88,6 @@ pub extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_
 /// Pushes values to string keys; see `MXKVStorePush`.
 ///
 /// Ownership: the caller keeps `keys` and `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePushEx(
     handle: KVStoreHandle,
     num: u32,
@@ -108,7 +101,6 @@ pub extern "C" fn MXKVStorePushEx(
 /// Pulls int keys into `vals`; sparse outputs are skipped unless `ignore_sparse` is false.
 ///
 /// Ownership: the caller keeps `vals`, which the store writes.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullWithSparse(
     handle: KVStoreHandle,
     num: u32,
@@ -125,7 +117,6 @@ pub extern "C" fn MXKVStorePullWithSparse(
 /// Pulls string keys; see `MXKVStorePullWithSparse`.
 ///
 /// Ownership: the caller keeps `keys` and `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullWithSparseEx(
     handle: KVStoreHandle,
     num: u32,
@@ -142,7 +133,6 @@ pub extern "C" fn MXKVStorePullWithSparseEx(
 /// Pulls int keys into dense outputs; sparse outputs are skipped (as MXNet does).
 ///
 /// Ownership: the caller keeps `vals`, which the store writes.
-#[no_mangle]
 pub extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
     ffi_boundary!({ calls::pull(handle, Keys::Int(calls::int_keys(keys, num, "keys")?), vals, priority, true) })
 }
@@ -150,7 +140,6 @@ pub extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_
 /// Pulls string keys into dense outputs; see `MXKVStorePull`.
 ///
 /// Ownership: the caller keeps `keys` and `vals`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullEx(
     handle: KVStoreHandle,
     num: u32,
@@ -168,7 +157,6 @@ pub extern "C" fn MXKVStorePullEx(
 /// Returns: -1 for a dense output, dense stored value or sparse row ids.
 ///
 /// Ownership: the caller keeps `vals` and `row_ids`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullRowSparse(
     handle: KVStoreHandle,
     num: u32,
@@ -185,7 +173,6 @@ pub extern "C" fn MXKVStorePullRowSparse(
 /// Pulls rows of string keys; see `MXKVStorePullRowSparse`.
 ///
 /// Ownership: the caller keeps `keys`, `vals` and `row_ids`.
-#[no_mangle]
 pub extern "C" fn MXKVStorePullRowSparseEx(
     handle: KVStoreHandle,
     num: u32,
@@ -202,7 +189,6 @@ pub extern "C" fn MXKVStorePullRowSparseEx(
 /// Initialises `vkeys` with `vals`, then pulls `okeys` into `outs`.
 ///
 /// Ownership: the caller keeps every array.
-#[no_mangle]
 pub extern "C" fn MXKVStoreBroadcast(
     handle: KVStoreHandle,
     vnum: mx_uint,
@@ -222,7 +208,6 @@ pub extern "C" fn MXKVStoreBroadcast(
 /// Broadcast with string keys; see `MXKVStoreBroadcast`.
 ///
 /// Ownership: the caller keeps every array.
-#[no_mangle]
 pub extern "C" fn MXKVStoreBroadcastEx(
     handle: KVStoreHandle,
     vnum: mx_uint,
@@ -243,7 +228,6 @@ pub extern "C" fn MXKVStoreBroadcastEx(
 /// before any pull writes, so `outs` may be `vals` (in-place allreduce).
 ///
 /// Ownership: the caller keeps every array.
-#[no_mangle]
 pub extern "C" fn MXKVStorePushPull(
     handle: KVStoreHandle,
     vnum: mx_uint,
@@ -263,7 +247,6 @@ pub extern "C" fn MXKVStorePushPull(
 /// Push-pull with string keys; see `MXKVStorePushPull`.
 ///
 /// Ownership: the caller keeps every array.
-#[no_mangle]
 pub extern "C" fn MXKVStorePushPullEx(
     handle: KVStoreHandle,
     vnum: mx_uint,
@@ -286,7 +269,6 @@ pub extern "C" fn MXKVStorePushPullEx(
 ///
 /// Ownership: `recv` and `local` are new handles the updater must `MXNDArrayFree`; it changes
 /// the store by writing `local` in place. `updater_handle` is passed back untouched.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: MXKVStoreUpdater, updater_handle: *mut c_void) -> c_int {
     ffi_boundary!({
         calls::store(handle)?.set_int_updater(updater::int_updater(updater, updater_handle));
@@ -298,7 +280,6 @@ pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: MXKVStoreU
 /// `MXKVStoreSetUpdater`.
 ///
 /// Ownership: as for `MXKVStoreSetUpdater`; the key string is valid during the call only.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSetUpdaterEx(
     handle: KVStoreHandle,
     updater: MXKVStoreUpdater,
@@ -317,7 +298,6 @@ pub extern "C" fn MXKVStoreSetUpdaterEx(
 /// The store's type name, lower-cased.
 ///
 /// Ownership: `*type` is borrowed from the store and valid until `MXKVStoreFree`.
-#[no_mangle]
 pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_char) -> c_int {
     ffi_boundary!({
         let out = Out::new(r#type, "type")?;
@@ -330,7 +310,6 @@ pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_
 /// non-distributed stores.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(ret, "ret")?;
@@ -342,7 +321,6 @@ pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_
 /// The number of workers (on every role): 1 for non-distributed stores.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(ret, "ret")?;
@@ -354,7 +332,6 @@ pub extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) 
 /// 1 if this process is a worker (`DMLC_ROLE` unset or `worker`), else 0.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
     ffi_boundary!({ runtime::role_is(ret, "worker") })
 }
@@ -362,7 +339,6 @@ pub extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
 /// 1 if this process is a server (`DMLC_ROLE=server`), else 0.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
     ffi_boundary!({ runtime::role_is(ret, "server") })
 }
@@ -370,7 +346,6 @@ pub extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
 /// 1 if this process is the scheduler (`DMLC_ROLE=scheduler`), else 0.
 ///
 /// Ownership: `*ret` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
     ffi_boundary!({ runtime::role_is(ret, "scheduler") })
 }
@@ -379,7 +354,6 @@ pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
 /// non-distributed stores.
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
     ffi_boundary!({ calls::store(handle)?.barrier() })
 }
@@ -387,7 +361,6 @@ pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
 /// Whether freeing a distributed store waits at a barrier first; recorded, no effect locally.
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_before_exit: c_int) -> c_int {
     ffi_boundary!({
         calls::store(handle)?.set_barrier_before_exit(barrier_before_exit != 0);
@@ -400,7 +373,6 @@ pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_b
 /// non-distributed stores (the controller is never called); -1 on a worker.
 ///
 /// Ownership: `controller_handle` is passed back untouched.
-#[no_mangle]
 pub extern "C" fn MXKVStoreRunServer(
     handle: KVStoreHandle,
     controller: MXKVStoreServerController,
@@ -417,7 +389,6 @@ pub extern "C" fn MXKVStoreRunServer(
 /// is MXNet's spelling, kept for ABI compatibility.)
 ///
 /// Ownership: `cmd_body` is read during the call only.
-#[no_mangle]
 pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: c_int, cmd_body: *const c_char) -> c_int {
     ffi_boundary!({
         let store = calls::store(handle)?;
@@ -430,7 +401,6 @@ pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: 
 /// process makes MPI abort the whole job).
 ///
 /// Ownership: `*number` is written on success.
-#[no_mangle]
 pub extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int, number: *mut c_int, timeout_sec: c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(number, "number")?;
@@ -442,7 +412,6 @@ pub extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int,
 /// Sets the parameter-server environment (`DMLC_*` values) for distributed stores.
 ///
 /// Ownership: the strings are copied.
-#[no_mangle]
 pub extern "C" fn MXInitPSEnv(num_vars: u32, keys: *mut *const c_char, vals: *mut *const c_char) -> c_int {
     ffi_boundary!({
         let keys = args::strings(keys, args::len(num_vars), "keys")?;

@@ -6,6 +6,7 @@
 mod boundary;
 mod args;
 mod cstr_table;
+pub(crate) mod exports;
 mod features;
 mod handle;
 mod kvstore;
@@ -23,3 +24,8 @@ mod types;
 mod updater;
 
 pub use types::*;
+
+/// Records `message` as the calling thread's last error of call `name` (`MXGetLastError`).
+pub(crate) fn record_error(name: &str, message: &str) {
+    last_error::set(name, message);
+}

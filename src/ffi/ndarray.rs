@@ -35,7 +35,6 @@ fn create(shape: *const u32, ndim: u32, dev_type: c_int, dev_id: c_int, dtype: c
 /// Creates an empty array: no shape, dtype -1, storage type -1 (an output to be filled later).
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayCreateNone(out: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({
         Out::new(out, "out")?.write(handle::new_ndarray(None));
@@ -47,7 +46,6 @@ pub extern "C" fn MXNDArrayCreateNone(out: *mut NDArrayHandle) -> c_int {
 ///
 /// Parameters: dev_type 1 cpu, 2 gpu (needs CUDA), 3 cpu_pinned, 5 cpu_shared.
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayCreate(
     shape: *const u32,
     ndim: u32,
@@ -68,7 +66,6 @@ pub extern "C" fn MXNDArrayCreate(
 /// 3 uint8, 4 int32, 5 int8, 6 int64, 7 bool, 12 bfloat16).
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayCreateEx(
     shape: *const u32,
     ndim: u32,
@@ -89,7 +86,6 @@ pub extern "C" fn MXNDArrayCreateEx(
 /// Frees a handle. The memory lives on while other views or a store still use it.
 ///
 /// Ownership: `handle` is invalid afterwards.
-#[no_mangle]
 pub extern "C" fn MXNDArrayFree(handle: NDArrayHandle) -> c_int {
     ffi_boundary!({ handle::free_ndarray(handle) })
 }
@@ -110,7 +106,6 @@ fn checked_bytes(array: &NDArray, size: usize) -> Result<usize> {
 /// pending operations.
 ///
 /// Ownership: `data` is read during the call only.
-#[no_mangle]
 pub extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *const c_void, size: usize) -> c_int {
     ffi_boundary!({
         let array = handle::ndarray(handle, "handle")?;
@@ -122,7 +117,6 @@ pub extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *const c
 /// Copies the array's `size` elements to host memory, after pending writes.
 ///
 /// Ownership: `data` is written during the call only.
-#[no_mangle]
 pub extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mut c_void, size: usize) -> c_int {
     ffi_boundary!({
         let array = handle::ndarray(handle, "handle")?;
@@ -143,7 +137,6 @@ fn unless_empty(handle: NDArrayHandle, f: impl FnOnce(&NDArray) -> Result<()>) -
 /// asynchronous operation that failed writing it (the failure is then cleared).
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
     ffi_boundary!({ unless_empty(handle, NDArray::wait_to_read) })
 }
@@ -152,7 +145,6 @@ pub extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
 /// message of an asynchronous operation that failed writing it (the failure is then cleared).
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
     ffi_boundary!({ unless_empty(handle, NDArray::wait_to_write) })
 }
@@ -162,7 +154,6 @@ pub extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
 /// failure is then cleared).
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXNDArrayWaitAll() -> c_int {
     ffi_boundary!({ crate::engine::engine().wait_all() })
 }
@@ -176,7 +167,6 @@ fn shape_of(handle: NDArrayHandle) -> Result<Option<Vec<usize>>> {
 ///
 /// Ownership: `*out_pdata` points into a thread-local buffer valid until the next shape call
 /// on this thread.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut u32, out_pdata: *mut *const u32) -> c_int {
     ffi_boundary!({
         let (dim_out, data_out) = (Out::new(out_dim, "out_dim")?, Out::new(out_pdata, "out_pdata")?);
@@ -193,7 +183,6 @@ pub extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut u32, ou
 ///
 /// Ownership: `*out_pdata` points into a thread-local buffer valid until the next shape call
 /// on this thread.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mut c_int, out_pdata: *mut *const c_int) -> c_int {
     ffi_boundary!({
         let (dim_out, data_out) = (Out::new(out_dim, "out_dim")?, Out::new(out_pdata, "out_pdata")?);
@@ -214,7 +203,6 @@ fn property<T>(handle: NDArrayHandle, empty: T, f: impl FnOnce(&NDArray) -> T) -
 /// The dtype code; -1 for an empty array.
 ///
 /// Ownership: `*out_dtype` is written on success.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mut c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(out_dtype, "out_dtype")?;
@@ -226,7 +214,6 @@ pub extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mut c_int
 /// The context: device type code and id; (0, 0) for an empty array.
 ///
 /// Ownership: both out-parameters are written on success.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type: *mut c_int, out_dev_id: *mut c_int) -> c_int {
     ffi_boundary!({
         let (t, i) = (Out::new(out_dev_type, "out_dev_type")?, Out::new(out_dev_id, "out_dev_id")?);
@@ -240,7 +227,6 @@ pub extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type: *mut 
 /// The storage type code: 0 dense, 1 row_sparse, 2 csr; -1 for an empty array.
 ///
 /// Ownership: `*out_storage_type` is written on success.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_storage_type: *mut c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(out_storage_type, "out_storage_type")?;
@@ -253,7 +239,6 @@ pub extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_storage_typ
 /// `MXNDArrayWaitToRead` / `MXNDArrayWaitToWrite` first, as with MXNet.
 ///
 /// Ownership: borrowed; valid while any view of the memory lives.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetData(handle: NDArrayHandle, out_pdata: *mut *mut c_void) -> c_int {
     ffi_boundary!({
         let out = Out::new(out_pdata, "out_pdata")?;
@@ -265,7 +250,6 @@ pub extern "C" fn MXNDArrayGetData(handle: NDArrayHandle, out_pdata: *mut *mut c
 /// A view of rows `[slice_begin, slice_end)` sharing memory with the array.
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArraySlice(handle: NDArrayHandle, slice_begin: u32, slice_end: u32, out: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({
         let out = Out::new(out, "out")?;
@@ -278,7 +262,6 @@ pub extern "C" fn MXNDArraySlice(handle: NDArrayHandle, slice_begin: u32, slice_
 /// A view of row `idx` (first dimension dropped) sharing memory with the array.
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayAt(handle: NDArrayHandle, idx: u32, out: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({
         let out = Out::new(out, "out")?;
@@ -333,7 +316,6 @@ fn reshape_dims(input: &[usize], dims: &[c_int]) -> Result<Vec<usize>> {
 /// A view with another shape of the same size (dims: 0 keeps, -1 infers).
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayReshape(handle: NDArrayHandle, ndim: c_int, dims: *mut c_int, out: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({
         let out = Out::new(out, "out")?;
@@ -349,7 +331,6 @@ pub extern "C" fn MXNDArrayReshape(handle: NDArrayHandle, ndim: c_int, dims: *mu
 /// Perl's `reshape` call).
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayReshape64(handle: NDArrayHandle, ndim: c_int, dims: *mut i64, reverse: bool, out: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({
         let out = Out::new(out, "out")?;

@@ -30,7 +30,6 @@ fn aux_specs(num_aux: u32, aux_type: *mut c_int, aux_ndims: *mut u32, aux_shape:
 /// dtypes, dimension counts and concatenated shapes are given.
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayCreateSparseEx(
     storage_type: c_int,
     shape: *const u32,
@@ -66,7 +65,6 @@ pub extern "C" fn MXNDArrayCreateSparseEx(
 /// source's rows as its stored values), `i >= 0` aux array `i`. Synchronous.
 ///
 /// Ownership: both handles stay the caller's.
-#[no_mangle]
 pub extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle, handle_src: NDArrayHandle, i: c_int) -> c_int {
     ffi_boundary!({
         let dst = handle::ndarray(handle_dst, "handle_dst")?;
@@ -83,7 +81,6 @@ pub extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle, handle
 /// The dtype code of aux array `i`.
 ///
 /// Ownership: `*out_type` is written on success.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, out_type: *mut c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(out_type, "out_type")?;
@@ -95,7 +92,6 @@ pub extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, out_type: *
 /// A dense copy of aux array `i` (waits for pending writes).
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, out: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({
         let out = Out::new(out, "out")?;
@@ -108,7 +104,6 @@ pub extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, out: *mu
 /// A dense copy of the stored values (waits for pending writes).
 ///
 /// Ownership: the caller frees `*out` with `MXNDArrayFree`.
-#[no_mangle]
 pub extern "C" fn MXNDArrayGetDataNDArray(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
     ffi_boundary!({
         let out = Out::new(out, "out")?;

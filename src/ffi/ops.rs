@@ -61,7 +61,6 @@ fn write_names(out_size: Out<u32>, out_array: Out<*mut *const c_char>) {
 /// Every registered op name, aliases included.
 ///
 /// Ownership: the array and strings belong to the library and live for the process.
-#[no_mangle]
 pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
     ffi_boundary!({
         write_names(Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -72,7 +71,6 @@ pub extern "C" fn MXListAllOpNames(out_size: *mut u32, out_array: *mut *mut *con
 /// nnvm's [`MXListAllOpNames`].
 ///
 /// Ownership: the array and strings belong to the library and live for the process.
-#[no_mangle]
 pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
     ffi_boundary!({
         write_names(Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -83,7 +81,6 @@ pub extern "C" fn NNListAllOpNames(out_size: *mut u32, out_array: *mut *mut *con
 /// The handle of the op named `op_name` (canonical name or alias).
 ///
 /// Ownership: `*op_out` is a token valid for the process; it is never freed.
-#[no_mangle]
 pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void) -> c_int {
     ffi_boundary!({
         let out = Out::new(op_out, "op_out")?;
@@ -96,7 +93,6 @@ pub extern "C" fn NNGetOpHandle(op_name: *const c_char, op_out: *mut *mut c_void
 /// One handle per op (aliases not repeated).
 ///
 /// Ownership: the array belongs to the library and lives for the process.
-#[no_mangle]
 pub extern "C" fn MXSymbolListAtomicSymbolCreators(out_size: *mut u32, out_array: *mut *mut *mut c_void) -> c_int {
     ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -111,7 +107,6 @@ pub extern "C" fn MXSymbolListAtomicSymbolCreators(out_size: *mut u32, out_array
 /// MXNet writes for every op.
 ///
 /// Ownership: every string and array belongs to the library and lives for the process.
-#[no_mangle]
 pub extern "C" fn MXSymbolGetAtomicSymbolInfo(
     creator: *mut c_void,
     name: *mut *const c_char,
@@ -223,7 +218,6 @@ fn invoke(
 ///
 /// Ownership: allocated output handles belong to the caller (`MXNDArrayFree`); the array
 /// holding them belongs to the library, valid until the next invoke on this thread.
-#[no_mangle]
 pub extern "C" fn MXImperativeInvoke(
     creator: *mut c_void,
     num_inputs: c_int,
@@ -243,7 +237,6 @@ pub extern "C" fn MXImperativeInvoke(
 /// (0 default, 1 row_sparse).
 ///
 /// Ownership: as `MXImperativeInvoke`; `*out_stypes` is valid until the next invoke on this thread.
-#[no_mangle]
 pub extern "C" fn MXImperativeInvokeEx(
     creator: *mut c_void,
     num_inputs: c_int,
@@ -265,7 +258,6 @@ pub extern "C" fn MXImperativeInvokeEx(
 /// registry instead).
 ///
 /// Ownership: `*out_array` belongs to the library.
-#[no_mangle]
 pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *const c_void) -> c_int {
     ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -278,7 +270,6 @@ pub extern "C" fn MXListFunctions(out_size: *mut u32, out_array: *mut *mut *cons
 /// The packed-function registry (MXNet's `_api_internal` / numpy FFI): empty in libkvstore.
 ///
 /// Ownership: `*out_array` belongs to the library.
-#[no_mangle]
 pub extern "C" fn MXNetFuncListGlobalNames(out_size: *mut u32, out_array: *mut *mut *const c_char) -> c_int {
     ffi_boundary!({
         let (size, array) = (Out::new(out_size, "out_size")?, Out::new(out_array, "out_array")?);
@@ -292,7 +283,6 @@ pub extern "C" fn MXNetFuncListGlobalNames(out_size: *mut u32, out_array: *mut *
 /// frontend registers its own ops at import) but never runs custom ops.
 ///
 /// Ownership: `op_type` is read during the call only.
-#[no_mangle]
 pub extern "C" fn MXCustomOpRegister(op_type: *const c_char, creator: super::types::CustomOpPropCreator) -> c_int {
     let _ = creator;
     ffi_boundary!({

@@ -33,7 +33,6 @@ fn config_pairs<'a>(num_params: c_int, keys: *const *const c_char, vals: *const 
 /// An unknown key or a bad value answers -1 and changes nothing.
 ///
 /// Ownership: `keys` and `vals` are read during the call only.
-#[no_mangle]
 pub extern "C" fn MXSetProfilerConfig(num_params: c_int, keys: *const *const c_char, vals: *const *const c_char) -> c_int {
     ffi_boundary!({ profiler::configure(&config_pairs(num_params, keys, vals)?) })
 }
@@ -43,7 +42,6 @@ pub extern "C" fn MXSetProfilerConfig(num_params: c_int, keys: *const *const c_c
 /// MXNet's Python frontend passes the last store it created, possibly freed since.
 ///
 /// Ownership: `keys` and `vals` are read during the call only.
-#[no_mangle]
 pub extern "C" fn MXSetProcessProfilerConfig(
     num_params: c_int,
     keys: *const *const c_char,
@@ -57,13 +55,11 @@ pub extern "C" fn MXSetProcessProfilerConfig(
 }
 
 /// Starts (1) or stops (0) recording. Starting enables [`MXDumpProfile`].
-#[no_mangle]
 pub extern "C" fn MXSetProfilerState(state: c_int) -> c_int {
     ffi_boundary!({ profiler::set_state(state, 0) })
 }
 
 /// [`MXSetProfilerState`] for `profile_process` 0 (worker); 1 (server) answers -1.
-#[no_mangle]
 pub extern "C" fn MXSetProcessProfilerState(state: c_int, profile_process: c_int, kvStoreHandle: KVStoreHandle) -> c_int {
     ffi_boundary!({
         let _ = kvStoreHandle;
@@ -74,13 +70,11 @@ pub extern "C" fn MXSetProcessProfilerState(state: c_int, profile_process: c_int
 /// Writes what was recorded since the last dump to the configured file as a Chrome trace
 /// (chrome://tracing, Perfetto). `finished` non-zero ends output until the next run. Before
 /// the profiler has run: -1.
-#[no_mangle]
 pub extern "C" fn MXDumpProfile(finished: c_int) -> c_int {
     ffi_boundary!({ profiler::dump(finished != 0, 0) })
 }
 
 /// [`MXDumpProfile`] for `profile_process` 0 (worker); 1 (server) answers -1.
-#[no_mangle]
 pub extern "C" fn MXDumpProcessProfile(finished: c_int, profile_process: c_int, kvStoreHandle: KVStoreHandle) -> c_int {
     ffi_boundary!({
         let _ = kvStoreHandle;
@@ -91,7 +85,6 @@ pub extern "C" fn MXDumpProcessProfile(finished: c_int, profile_process: c_int, 
 /// The aggregate statistics as MXNet's table; see [`MXAggregateProfileStatsPrintEx`].
 ///
 /// Ownership: `*out_str` is borrowed, valid until the next such call on this thread.
-#[no_mangle]
 pub extern "C" fn MXAggregateProfileStatsPrint(out_str: *mut *const c_char, reset: c_int) -> c_int {
     ffi_boundary!({ stats(out_str, reset, 0, 0, 0) })
 }
@@ -101,7 +94,6 @@ pub extern "C" fn MXAggregateProfileStatsPrint(out_str: *mut *const c_char, rese
 /// 2 min, 3 max, 4 count; `reset` non-zero clears them. Empty when `aggregate_stats` is off.
 ///
 /// Ownership: `*out_str` is borrowed, valid until the next such call on this thread.
-#[no_mangle]
 pub extern "C" fn MXAggregateProfileStatsPrintEx(
     out_str: *mut *const c_char,
     reset: c_int,
@@ -124,13 +116,11 @@ fn stats(out_str: *mut *const c_char, reset: c_int, format: c_int, sort_by: c_in
 }
 
 /// Pauses (non-zero) or resumes (0) recording while the profiler runs.
-#[no_mangle]
 pub extern "C" fn MXProfilePause(paused: c_int) -> c_int {
     ffi_boundary!({ profiler::pause(paused != 0, 0) })
 }
 
 /// [`MXProfilePause`] for `profile_process` 0 (worker); 1 (server) answers -1.
-#[no_mangle]
 pub extern "C" fn MXProcessProfilePause(paused: c_int, profile_process: c_int, kvStoreHandle: KVStoreHandle) -> c_int {
     ffi_boundary!({
         let _ = kvStoreHandle;
@@ -148,7 +138,6 @@ fn domain(h: ProfileHandle) -> Result<std::sync::Arc<objects::Domain>> {
 /// A new domain: the category its tasks, frames, counters and markers appear under.
 ///
 /// Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
-#[no_mangle]
 pub extern "C" fn MXProfileCreateDomain(domain: *const c_char, out: *mut ProfileHandle) -> c_int {
     ffi_boundary!({
         let out = Out::new(out, "out")?;
@@ -169,7 +158,6 @@ fn create_duration(kind: DurationKind, dom: ProfileHandle, name: *const c_char, 
 /// A new task of `domain`: a span that may start and stop on different threads.
 ///
 /// Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
-#[no_mangle]
 pub extern "C" fn MXProfileCreateTask(domain: ProfileHandle, task_name: *const c_char, out: *mut ProfileHandle) -> c_int {
     ffi_boundary!({ create_duration(DurationKind::Task, domain, task_name, "task_name", out) })
 }
@@ -177,7 +165,6 @@ pub extern "C" fn MXProfileCreateTask(domain: ProfileHandle, task_name: *const c
 /// A new frame of `domain`: a span on one thread.
 ///
 /// Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
-#[no_mangle]
 pub extern "C" fn MXProfileCreateFrame(domain: ProfileHandle, frame_name: *const c_char, out: *mut ProfileHandle) -> c_int {
     ffi_boundary!({ create_duration(DurationKind::Frame, domain, frame_name, "frame_name", out) })
 }
@@ -185,7 +172,6 @@ pub extern "C" fn MXProfileCreateFrame(domain: ProfileHandle, frame_name: *const
 /// A new event (category "event"): a span on one thread.
 ///
 /// Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
-#[no_mangle]
 pub extern "C" fn MXProfileCreateEvent(event_name: *const c_char, out: *mut ProfileHandle) -> c_int {
     ffi_boundary!({ create_duration(DurationKind::Event, std::ptr::null_mut(), event_name, "event_name", out) })
 }
@@ -193,7 +179,6 @@ pub extern "C" fn MXProfileCreateEvent(event_name: *const c_char, out: *mut Prof
 /// A new counter of `domain`, starting at 0.
 ///
 /// Ownership: `*out` is a new handle (free with MXProfileDestroyHandle).
-#[no_mangle]
 pub extern "C" fn MXProfileCreateCounter(domain: ProfileHandle, counter_name: *const c_char, out: *mut ProfileHandle) -> c_int {
     ffi_boundary!({
         let out = Out::new(out, "out")?;
@@ -205,7 +190,6 @@ pub extern "C" fn MXProfileCreateCounter(domain: ProfileHandle, counter_name: *c
 }
 
 /// Frees a task, frame, event, counter or domain handle (recorded events stay).
-#[no_mangle]
 pub extern "C" fn MXProfileDestroyHandle(frame_handle: ProfileHandle) -> c_int {
     ffi_boundary!({ handle::free_profile(frame_handle, "frame_handle") })
 }
@@ -218,7 +202,6 @@ fn duration(h: ProfileHandle) -> Result<std::sync::Arc<Duration>> {
 }
 
 /// Starts a task, frame or event.
-#[no_mangle]
 pub extern "C" fn MXProfileDurationStart(duration_handle: ProfileHandle) -> c_int {
     ffi_boundary!({
         duration(duration_handle)?.start();
@@ -228,7 +211,6 @@ pub extern "C" fn MXProfileDurationStart(duration_handle: ProfileHandle) -> c_in
 
 /// Stops a started task, frame or event, recording its span while the profiler runs; -1 if
 /// it was not started.
-#[no_mangle]
 pub extern "C" fn MXProfileDurationStop(duration_handle: ProfileHandle) -> c_int {
     ffi_boundary!({ duration(duration_handle)?.stop() })
 }
@@ -241,7 +223,6 @@ fn counter(h: ProfileHandle) -> Result<std::sync::Arc<objects::Counter>> {
 }
 
 /// Sets a counter.
-#[no_mangle]
 pub extern "C" fn MXProfileSetCounter(counter_handle: ProfileHandle, value: u64) -> c_int {
     ffi_boundary!({
         counter(counter_handle)?.set(value);
@@ -250,14 +231,12 @@ pub extern "C" fn MXProfileSetCounter(counter_handle: ProfileHandle, value: u64)
 }
 
 /// Adds `value` (may be negative) to a counter; a result below 0 answers -1 and keeps it.
-#[no_mangle]
 pub extern "C" fn MXProfileAdjustCounter(counter_handle: ProfileHandle, value: i64) -> c_int {
     ffi_boundary!({ counter(counter_handle)?.adjust(value) })
 }
 
 /// Records an instant marker in `domain`; `scope` is "global", "process", "thread", "task"
 /// or "marker".
-#[no_mangle]
 pub extern "C" fn MXProfileSetMarker(domain: ProfileHandle, instant_marker_name: *const c_char, scope: *const c_char) -> c_int {
     ffi_boundary!({
         let d = self::domain(domain)?;

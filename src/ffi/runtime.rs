@@ -14,7 +14,6 @@ pub const MXNET_VERSION: c_int = 10901;
 /// Returns: a message naming the failed call and its cause, prefixed `MXNetError: `; empty
 /// if no call has failed on this thread.
 /// Ownership: borrowed; valid until the next failing call on the same thread.
-#[no_mangle]
 pub extern "C" fn MXGetLastError() -> *const c_char {
     super::last_error::as_ptr()
 }
@@ -22,7 +21,6 @@ pub extern "C" fn MXGetLastError() -> *const c_char {
 /// The MXNet version this library stands in for (10901 = 1.9.1).
 ///
 /// Ownership: `*out` is written on success.
-#[no_mangle]
 pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
     ffi_boundary!({
         Out::new(out, "out")?.write(MXNET_VERSION);
@@ -33,7 +31,6 @@ pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
 /// Waits for all pending operations before the process exits.
 ///
 /// Ownership: none.
-#[no_mangle]
 pub extern "C" fn MXNotifyShutdown() -> c_int {
     ffi_boundary!({
         // Shutting down reports nothing: MXNet's engine drops pending failures at shutdown.
@@ -46,7 +43,6 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
 /// child of a process that initialised CUDA gets -1: CUDA cannot be used there.
 ///
 /// Ownership: `*out` is written on success.
-#[no_mangle]
 pub extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
     ffi_boundary!({
         Out::new(out, "out")?.write(crate::gpu::device_count()?);
@@ -59,7 +55,6 @@ pub extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
 /// `MXGetGPUMemoryInformation64`). Without a usable device: -1 with the reason.
 ///
 /// Ownership: `*free_mem` and `*total_mem` are written on success.
-#[no_mangle]
 pub extern "C" fn MXGetGPUMemoryInformation(dev: c_int, free_mem: *mut c_int, total_mem: *mut c_int) -> c_int {
     ffi_boundary!({
         let (free_out, total_out) = (Out::new(free_mem, "free_mem")?, Out::new(total_mem, "total_mem")?);
@@ -74,7 +69,6 @@ pub extern "C" fn MXGetGPUMemoryInformation(dev: c_int, free_mem: *mut c_int, to
 /// a usable device: -1 with the reason.
 ///
 /// Ownership: `*free_mem` and `*total_mem` are written on success.
-#[no_mangle]
 pub extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, total_mem: *mut u64) -> c_int {
     ffi_boundary!({
         let (free_out, total_out) = (Out::new(free_mem, "free_mem")?, Out::new(total_mem, "total_mem")?);
@@ -95,7 +89,6 @@ pub(crate) fn role_is(ret: *mut c_int, role: &str) -> Result<()> {
 /// nnvm's spelling of [`MXGetLastError`]: the same thread-local message.
 ///
 /// Ownership: borrowed; valid until the next failing call on the same thread.
-#[no_mangle]
 pub extern "C" fn NNGetLastError() -> *const c_char {
     super::last_error::as_ptr()
 }
@@ -104,7 +97,6 @@ pub extern "C" fn NNGetLastError() -> *const c_char {
 /// through it). A NULL or non-UTF-8 `msg` records that fact instead.
 ///
 /// Ownership: `msg` is read during the call only.
-#[no_mangle]
 pub extern "C" fn NNAPISetLastError(msg: *const c_char) {
     // The C signature returns void, so the boundary's status has nowhere to go: a failure
     // has already been recorded as the last error, which is what this call is for.

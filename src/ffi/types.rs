@@ -39,3 +39,13 @@ pub struct LibFeature {
     /// Whether the library was built with it.
     pub enabled: bool,
 }
+/// `typedef void (*CachedOpMonitorCallback)(const char*, const char*, NDArrayHandle);`
+pub type CachedOpMonitorCallback = Option<unsafe extern "C" fn(*const c_char, *const c_char, NDArrayHandle)>;
+/// `typedef void (*EngineAsyncFunc)(void*, void*, void*);`
+pub type EngineAsyncFunc = Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void)>;
+/// `typedef void (*EngineSyncFunc)(void*, void*);`
+pub type EngineSyncFunc = Option<unsafe extern "C" fn(*mut c_void, *mut c_void)>;
+/// `typedef void (*EngineFuncParamDeleter)(void*);`
+pub type EngineFuncParamDeleter = Option<unsafe extern "C" fn(*mut c_void)>;
+/// c_predict_api.h's `typedef void (*PredMonitorCallback)(const char*, NDArrayHandle, void*);`
+pub type PredMonitorCallback = Option<unsafe extern "C" fn(*const c_char, NDArrayHandle, *mut c_void)>;

@@ -1,0 +1,431 @@
+//! The hosted store's C functions: the targets of the `MXKVStore*` trampolines in hosted mode,
+//! with MXNet 1.9's prototypes. Errors go to the host's last error (`NNAPISetLastError`),
+//! which the frontend reads through the forwarded `MXGetLastError`.
+
+#![allow(non_snake_case)]
+
+use super::host::Host;
+use super::store::{HostedStore, Key};
+use crate::ffi::{mx_uint, KVStoreHandle, MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
+use crate::Result;
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+
+/// The live stores' addresses: a handle that is not one of them is refused.
+static STORES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+fn call(name: &str, body: impl FnOnce(&'static Host) -> Result<()>) -> c_int {
+    let Some(host) = super::host() else { return -1 };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(host))) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            host.set_last_error(&format!("MXNetError: {name}: {}", e.message()));
+            -1
+        }
+        Err(_) => {
+            host.set_last_error(&format!("MXNetError: {name}: internal error (panic)"));
+            -1
+        }
+    }
+}
+
+fn store<'a>(handle: KVStoreHandle) -> Result<&'a HostedStore> {
+    let known = STORES
+        .lock()
+        .as_ref()
+        .is_some_and(|s| s.contains(&(handle as usize)));
+    crate::ensure!(known, "invalid KVStore handle {handle:p}");
+    // SAFETY: a live `Box<HostedStore>` registered in STORES; freed only by MXKVStoreFree,
+    // which the C contract forbids racing with other calls on the same handle.
+    Ok(unsafe { &*(handle as *const HostedStore) })
+}
+
+fn handles<'a>(ptr: *mut NDArrayHandle, n: u32, what: &str) -> Result<&'a [NDArrayHandle]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    crate::ensure!(!ptr.is_null(), "{what} is NULL with {n} entries");
+    // SAFETY: the caller passes `n` handles at `ptr` (MXNet's contract).
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n as usize) })
+}
+
+fn int_keys(ptr: *const c_int, n: u32) -> Result<Vec<Key>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    crate::ensure!(!ptr.is_null(), "keys is NULL with {n} entries");
+    // SAFETY: `n` ints at `ptr`.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n as usize) }
+        .iter()
+        .map(|&k| Key::Int(k))
+        .collect())
+}
+
+fn str_keys(ptr: *const *const c_char, n: u32) -> Result<Vec<Key>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    crate::ensure!(!ptr.is_null(), "keys is NULL with {n} entries");
+    // SAFETY: `n` string pointers at `ptr`.
+    let ptrs = unsafe { std::slice::from_raw_parts(ptr, n as usize) };
+    ptrs.iter()
+        .map(|&p| {
+            crate::ensure!(!p.is_null(), "a key is NULL");
+            // SAFETY: NUL-terminated strings (MXNet's contract).
+            let s = unsafe { CStr::from_ptr(p) }
+                .to_str()
+                .map_err(|_| crate::Error::new("a key is not UTF-8"))?;
+            Ok(Key::Str(s.to_string()))
+        })
+        .collect()
+}
+
+extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
+    call("MXKVStoreCreate", |_| {
+        crate::ensure!(
+            !r#type.is_null() && !out.is_null(),
+            "type and out must not be NULL"
+        );
+        // SAFETY: a NUL-terminated string (checked non-NULL).
+        let name = unsafe { CStr::from_ptr(r#type) }.to_string_lossy();
+        let raw = Box::into_raw(Box::new(HostedStore::new(&name)?));
+        STORES
+            .lock()
+            .get_or_insert_with(HashSet::new)
+            .insert(raw as usize);
+        // SAFETY: checked non-NULL.
+        unsafe { *out = raw as KVStoreHandle };
+        Ok(())
+    })
+}
+
+extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
+    call("MXKVStoreFree", |host| {
+        store(handle)?;
+        STORES.lock().as_mut().map(|s| s.remove(&(handle as usize)));
+        // SAFETY: registered, now unregistered: this is the only owner.
+        let boxed = unsafe { Box::from_raw(handle as *mut HostedStore) };
+        boxed.free(host);
+        Ok(())
+    })
+}
+
+extern "C" fn MXKVStoreInit(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+) -> c_int {
+    call("MXKVStoreInit", |h| {
+        store(handle)?.init(h, int_keys(keys, num)?, handles(vals, num, "vals")?)
+    })
+}
+extern "C" fn MXKVStoreInitEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+) -> c_int {
+    call("MXKVStoreInitEx", |h| {
+        store(handle)?.init(h, str_keys(keys, num)?, handles(vals, num, "vals")?)
+    })
+}
+extern "C" fn MXKVStorePush(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    call("MXKVStorePush", |h| {
+        store(handle)?.push(
+            h,
+            int_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            priority,
+        )
+    })
+}
+extern "C" fn MXKVStorePushEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    call("MXKVStorePushEx", |h| {
+        store(handle)?.push(
+            h,
+            str_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            priority,
+        )
+    })
+}
+extern "C" fn MXKVStorePull(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    _priority: c_int,
+) -> c_int {
+    call("MXKVStorePull", |h| {
+        store(handle)?.pull(h, int_keys(keys, num)?, handles(vals, num, "vals")?, true)
+    })
+}
+extern "C" fn MXKVStorePullEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    _priority: c_int,
+) -> c_int {
+    call("MXKVStorePullEx", |h| {
+        store(handle)?.pull(h, str_keys(keys, num)?, handles(vals, num, "vals")?, true)
+    })
+}
+extern "C" fn MXKVStorePullWithSparse(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    _priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
+    call("MXKVStorePullWithSparse", |h| {
+        store(handle)?.pull(
+            h,
+            int_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            ignore_sparse,
+        )
+    })
+}
+extern "C" fn MXKVStorePullWithSparseEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    _priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
+    call("MXKVStorePullWithSparseEx", |h| {
+        store(handle)?.pull(
+            h,
+            str_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            ignore_sparse,
+        )
+    })
+}
+
+extern "C" fn MXKVStorePushPull(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const c_int,
+    onum: mx_uint,
+    okeys: *const c_int,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    call("MXKVStorePushPull", |h| {
+        let s = store(handle)?;
+        s.push(
+            h,
+            int_keys(vkeys, vnum)?,
+            handles(vals, vnum, "vals")?,
+            priority,
+        )?;
+        s.pull(
+            h,
+            int_keys(okeys, onum)?,
+            handles(outs, onum, "outs")?,
+            true,
+        )
+    })
+}
+extern "C" fn MXKVStorePushPullEx(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *mut *const c_char,
+    onum: mx_uint,
+    okeys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    call("MXKVStorePushPullEx", |h| {
+        let s = store(handle)?;
+        s.push(
+            h,
+            str_keys(vkeys, vnum)?,
+            handles(vals, vnum, "vals")?,
+            priority,
+        )?;
+        s.pull(
+            h,
+            str_keys(okeys, onum)?,
+            handles(outs, onum, "outs")?,
+            true,
+        )
+    })
+}
+extern "C" fn MXKVStoreBroadcast(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const c_int,
+    onum: mx_uint,
+    okeys: *const c_int,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    _priority: c_int,
+) -> c_int {
+    call("MXKVStoreBroadcast", |h| {
+        let s = store(handle)?;
+        s.init(h, int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?)?;
+        s.pull(
+            h,
+            int_keys(okeys, onum)?,
+            handles(outs, onum, "outs")?,
+            true,
+        )
+    })
+}
+extern "C" fn MXKVStoreBroadcastEx(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *mut *const c_char,
+    onum: mx_uint,
+    okeys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    _priority: c_int,
+) -> c_int {
+    call("MXKVStoreBroadcastEx", |h| {
+        let s = store(handle)?;
+        s.init(h, str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?)?;
+        s.pull(
+            h,
+            str_keys(okeys, onum)?,
+            handles(outs, onum, "outs")?,
+            true,
+        )
+    })
+}
+
+extern "C" fn MXKVStoreSetUpdater(
+    handle: KVStoreHandle,
+    updater: MXKVStoreUpdater,
+    updater_handle: *mut c_void,
+) -> c_int {
+    call("MXKVStoreSetUpdater", |_| {
+        store(handle)?.set_updaters(updater, None, updater_handle);
+        Ok(())
+    })
+}
+extern "C" fn MXKVStoreSetUpdaterEx(
+    handle: KVStoreHandle,
+    updater: MXKVStoreUpdater,
+    str_updater: MXKVStoreStrUpdater,
+    updater_handle: *mut c_void,
+) -> c_int {
+    call("MXKVStoreSetUpdaterEx", |_| {
+        store(handle)?.set_updaters(updater, str_updater, updater_handle);
+        Ok(())
+    })
+}
+
+extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_char) -> c_int {
+    call("MXKVStoreGetType", |_| {
+        let s = store(handle)?;
+        crate::ensure!(!r#type.is_null(), "type is NULL");
+        // SAFETY: checked non-NULL; the string lives as long as the store.
+        unsafe { *r#type = s.type_name.as_ptr() };
+        Ok(())
+    })
+}
+
+fn write_int(handle: KVStoreHandle, out: *mut c_int, value: c_int) -> Result<()> {
+    store(handle)?;
+    crate::ensure!(!out.is_null(), "ret is NULL");
+    // SAFETY: checked non-NULL.
+    unsafe { *out = value };
+    Ok(())
+}
+extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
+    call("MXKVStoreGetRank", |_| write_int(handle, ret, 0))
+}
+extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
+    call("MXKVStoreGetGroupSize", |_| write_int(handle, ret, 1))
+}
+extern "C" fn MXKVStoreGetNumDeadNode(
+    handle: KVStoreHandle,
+    _node_id: c_int,
+    number: *mut c_int,
+    _timeout_sec: c_int,
+) -> c_int {
+    call("MXKVStoreGetNumDeadNode", |_| write_int(handle, number, 0))
+}
+extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
+    call("MXKVStoreBarrier", |_| store(handle).map(|_| ()))
+}
+extern "C" fn MXKVStoreSetBarrierBeforeExit(
+    handle: KVStoreHandle,
+    _barrier_before_exit: c_int,
+) -> c_int {
+    call("MXKVStoreSetBarrierBeforeExit", |_| {
+        store(handle).map(|_| ())
+    })
+}
+
+/// Calls the hosted store does not serve yet: a clear -1.
+extern "C" fn not_hosted_yet() -> c_int {
+    call("MXKVStore", |_| {
+        crate::bail!("this KVStore call (row_sparse pulls, gradient compression, servers) is not supported by the hosted store yet")
+    })
+}
+
+/// Drains the host's work, the store's sums included, then shuts the host down.
+extern "C" fn MXNotifyShutdown() -> c_int {
+    let Some(host) = super::host() else { return -1 };
+    // SAFETY: the host's MXNDArrayWaitAll and MXNotifyShutdown take no arguments.
+    unsafe {
+        (host.api.wait_all)();
+        super::SHUT_DOWN.store(true, std::sync::atomic::Ordering::Release);
+        (host.api.notify_shutdown)()
+    }
+}
+
+/// The hosted target of the trampoline `name`, for the `MXKVStore*` names and MXNotifyShutdown.
+pub(super) fn target(name: &str) -> Option<*mut ()> {
+    let f: *mut () = match name {
+        "MXKVStoreCreate" => MXKVStoreCreate as *mut (),
+        "MXKVStoreFree" => MXKVStoreFree as *mut (),
+        "MXKVStoreInit" => MXKVStoreInit as *mut (),
+        "MXKVStoreInitEx" => MXKVStoreInitEx as *mut (),
+        "MXKVStorePush" => MXKVStorePush as *mut (),
+        "MXKVStorePushEx" => MXKVStorePushEx as *mut (),
+        "MXKVStorePull" => MXKVStorePull as *mut (),
+        "MXKVStorePullEx" => MXKVStorePullEx as *mut (),
+        "MXKVStorePullWithSparse" => MXKVStorePullWithSparse as *mut (),
+        "MXKVStorePullWithSparseEx" => MXKVStorePullWithSparseEx as *mut (),
+        "MXKVStorePushPull" => MXKVStorePushPull as *mut (),
+        "MXKVStorePushPullEx" => MXKVStorePushPullEx as *mut (),
+        "MXKVStoreBroadcast" => MXKVStoreBroadcast as *mut (),
+        "MXKVStoreBroadcastEx" => MXKVStoreBroadcastEx as *mut (),
+        "MXKVStoreSetUpdater" => MXKVStoreSetUpdater as *mut (),
+        "MXKVStoreSetUpdaterEx" => MXKVStoreSetUpdaterEx as *mut (),
+        "MXKVStoreGetType" => MXKVStoreGetType as *mut (),
+        "MXKVStoreGetRank" => MXKVStoreGetRank as *mut (),
+        "MXKVStoreGetGroupSize" => MXKVStoreGetGroupSize as *mut (),
+        "MXKVStoreGetNumDeadNode" => MXKVStoreGetNumDeadNode as *mut (),
+        "MXKVStoreBarrier" => MXKVStoreBarrier as *mut (),
+        "MXKVStoreSetBarrierBeforeExit" => MXKVStoreSetBarrierBeforeExit as *mut (),
+        "MXNotifyShutdown" => MXNotifyShutdown as *mut (),
+        _ => not_hosted_yet as *mut (),
+    };
+    Some(f)
+}

@@ -1,0 +1,237 @@
+//! The host library: `dlopen`ed privately (`RTLD_LOCAL`, so its symbols never preempt
+//! libkvstore's), its version checked, and the few functions the hosted store calls.
+
+use crate::ffi::{EngineFuncParamDeleter, EngineSyncFunc, NDArrayHandle};
+use crate::Result;
+use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int, c_void};
+
+/// The host's C functions the store calls, typed as MXNet 1.9's c_api.h declares them.
+pub(crate) struct Api {
+    pub get_last_error: unsafe extern "C" fn() -> *const c_char,
+    pub set_last_error: unsafe extern "C" fn(*const c_char),
+    pub get_op_handle: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int,
+    pub imperative_invoke: unsafe extern "C" fn(
+        *mut c_void,
+        c_int,
+        *mut NDArrayHandle,
+        *mut c_int,
+        *mut *mut NDArrayHandle,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> c_int,
+    pub push_sync_nd: unsafe extern "C" fn(
+        EngineSyncFunc,
+        *mut c_void,
+        EngineFuncParamDeleter,
+        *const c_void,
+        *mut NDArrayHandle,
+        c_int,
+        *mut NDArrayHandle,
+        c_int,
+        *const c_void,
+        c_int,
+        *const c_char,
+    ) -> c_int,
+    pub shallow_copy: unsafe extern "C" fn(NDArrayHandle, *mut NDArrayHandle) -> c_int,
+    pub free: unsafe extern "C" fn(NDArrayHandle) -> c_int,
+    pub get_shape_ex: unsafe extern "C" fn(NDArrayHandle, *mut c_int, *mut *const c_int) -> c_int,
+    pub get_dtype: unsafe extern "C" fn(NDArrayHandle, *mut c_int) -> c_int,
+    pub get_storage_type: unsafe extern "C" fn(NDArrayHandle, *mut c_int) -> c_int,
+    pub from_dlpack_ex: unsafe extern "C" fn(*mut c_void, bool, *mut NDArrayHandle) -> c_int,
+    pub wait_to_write: unsafe extern "C" fn(NDArrayHandle) -> c_int,
+    pub wait_all: unsafe extern "C" fn() -> c_int,
+    pub notify_shutdown: unsafe extern "C" fn() -> c_int,
+}
+
+/// A loaded host library (never unloaded: its engine threads run until the process ends).
+pub(crate) struct Host {
+    library: Library,
+    pub api: Api,
+    /// The host's `_copyto` operator: every read and write of a host array goes through it,
+    /// since only the host understands its layouts (oneDNN).
+    pub copyto: usize,
+}
+
+impl Host {
+    /// Opens `path`, refusing anything but MXNet 1.9.x.
+    pub fn load(path: &str) -> Result<Host> {
+        // SAFETY: loading a library runs its initialisers; the user named it as an MXNet build.
+        let library = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| {
+            crate::Error::new(format!(
+                "{}={path}: cannot load it: {e}",
+                super::HOST_LIBRARY_VAR
+            ))
+        })?;
+        let version = {
+            // SAFETY: MXGetVersion(int*) in every MXNet; the out-pointer is a live local.
+            let get: unsafe extern "C" fn(*mut c_int) -> c_int =
+                unsafe { symbol(&library, path, "MXGetVersion")? };
+            let mut v = 0;
+            // SAFETY: as above.
+            if unsafe { get(&mut v) } != 0 {
+                crate::bail!("{}={path}: MXGetVersion failed", super::HOST_LIBRARY_VAR);
+            }
+            v
+        };
+        crate::ensure!(
+            version / 100 == 109,
+            "{}={path} is MXNet {}.{}.{} ({version}); hosted mode needs MXNet 1.9.x, whose engine-callback and context layouts it relies on",
+            super::HOST_LIBRARY_VAR,
+            version / 10000,
+            version / 100 % 100,
+            version % 100
+        );
+        // SAFETY (every symbol): the types are MXNet 1.9's prototypes of these names.
+        let api = unsafe {
+            Api {
+                get_last_error: symbol(&library, path, "MXGetLastError")?,
+                set_last_error: symbol(&library, path, "NNAPISetLastError")?,
+                get_op_handle: symbol(&library, path, "NNGetOpHandle")?,
+                imperative_invoke: symbol(&library, path, "MXImperativeInvoke")?,
+                push_sync_nd: symbol(&library, path, "MXEnginePushSyncND")?,
+                shallow_copy: symbol(&library, path, "MXShallowCopyNDArray")?,
+                free: symbol(&library, path, "MXNDArrayFree")?,
+                get_shape_ex: symbol(&library, path, "MXNDArrayGetShapeEx")?,
+                get_dtype: symbol(&library, path, "MXNDArrayGetDType")?,
+                get_storage_type: symbol(&library, path, "MXNDArrayGetStorageType")?,
+                from_dlpack_ex: symbol(&library, path, "MXNDArrayFromDLPackEx")?,
+                wait_to_write: symbol(&library, path, "MXNDArrayWaitToWrite")?,
+                wait_all: symbol(&library, path, "MXNDArrayWaitAll")?,
+                notify_shutdown: symbol(&library, path, "MXNotifyShutdown")?,
+            }
+        };
+        let mut op = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated name and a live out-pointer.
+        let rc = unsafe { (api.get_op_handle)(c"_copyto".as_ptr(), &mut op) };
+        crate::ensure!(
+            rc == 0 && !op.is_null(),
+            "{}={path}: the host has no _copyto operator",
+            super::HOST_LIBRARY_VAR
+        );
+        Ok(Host {
+            library,
+            api,
+            copyto: op as usize,
+        })
+    }
+
+    /// The address of the host's function `name`, if it exports it.
+    pub fn address(&self, name: &str) -> Option<*mut ()> {
+        let name = CString::new(name).ok()?;
+        // SAFETY: only the address is taken; nothing is called here.
+        unsafe {
+            self.library
+                .get::<*mut ()>(name.as_bytes_with_nul())
+                .ok()
+                .map(|s| *s)
+        }
+    }
+
+    /// The host's last error, for a failed host call.
+    pub fn last_error(&self) -> String {
+        // SAFETY: MXGetLastError returns a NUL-terminated thread-local string.
+        let p = unsafe { (self.api.get_last_error)() };
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: non-null, NUL-terminated, valid until the next failing call on this thread.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    /// `Ok` for a host status 0, else the host's error for `what`.
+    pub fn check(&self, rc: c_int, what: &str) -> Result<()> {
+        if rc == 0 {
+            Ok(())
+        } else {
+            crate::bail!("{what} failed in the host: {}", self.last_error())
+        }
+    }
+
+    /// `_copyto(src -> dst)`: one host engine op reading `src`, writing `dst`.
+    pub fn copy(&self, src: NDArrayHandle, dst: NDArrayHandle) -> Result<()> {
+        let mut inputs = [src];
+        let mut outputs = [dst];
+        let mut outputs_ptr = outputs.as_mut_ptr();
+        let mut num_outputs: c_int = 1;
+        // SAFETY: MXImperativeInvoke with one input, one caller-provided output and no
+        // parameters; every pointer is a live local for the call.
+        let rc = unsafe {
+            (self.api.imperative_invoke)(
+                self.copyto as *mut c_void,
+                1,
+                inputs.as_mut_ptr(),
+                &mut num_outputs,
+                &mut outputs_ptr,
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        self.check(rc, "_copyto")
+    }
+
+    /// A new host handle sharing `array`'s memory and engine variable; the receiver frees it.
+    pub fn shallow_copy(&self, array: NDArrayHandle) -> Result<NDArrayHandle> {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a live host handle and a live out-pointer.
+        self.check(
+            unsafe { (self.api.shallow_copy)(array, &mut out) },
+            "MXShallowCopyNDArray",
+        )?;
+        Ok(out)
+    }
+
+    /// Shape, dtype code and storage-type code of a host array.
+    pub fn describe(&self, array: NDArrayHandle) -> Result<(Vec<i64>, c_int, c_int)> {
+        let (mut ndim, mut dims, mut dtype, mut stype) = (0, std::ptr::null(), 0, 0);
+        // SAFETY: a host handle from the caller and live out-pointers.
+        unsafe {
+            self.check(
+                (self.api.get_shape_ex)(array, &mut ndim, &mut dims),
+                "MXNDArrayGetShapeEx",
+            )?;
+            let shape = if ndim > 0 && !dims.is_null() {
+                std::slice::from_raw_parts(dims, ndim as usize)
+                    .iter()
+                    .map(|&d| d as i64)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            self.check((self.api.get_dtype)(array, &mut dtype), "MXNDArrayGetDType")?;
+            self.check(
+                (self.api.get_storage_type)(array, &mut stype),
+                "MXNDArrayGetStorageType",
+            )?;
+            Ok((shape, dtype, stype))
+        }
+    }
+
+    /// Records `text` as the calling thread's last error in the host, where the frontend's
+    /// `MXGetLastError` (forwarded to the host) reads it.
+    pub fn set_last_error(&self, text: &str) {
+        let text = CString::new(text.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: a NUL-terminated string, read during the call.
+        unsafe { (self.api.set_last_error)(text.as_ptr()) }
+    }
+}
+
+/// The function `name` of `library` as a `T` (a function-pointer type).
+///
+/// # Safety
+/// `T` must be the function's C type.
+unsafe fn symbol<T: Copy>(library: &Library, path: &str, name: &str) -> Result<T> {
+    let c = CString::new(name).map_err(|_| crate::Error::new("symbol name with NUL"))?;
+    // SAFETY: the caller guarantees the type.
+    unsafe { library.get::<T>(c.as_bytes_with_nul()) }
+        .map(|s| *s)
+        .map_err(|e| {
+            crate::Error::new(format!(
+                "{}={path}: it does not export {name}: {e}",
+                super::HOST_LIBRARY_VAR
+            ))
+        })
+}

@@ -1,0 +1,405 @@
+//! The hosted store: libkvstore's store semantics (validation, per-store-type sum order) on
+//! the host's NDArray handles. Each data operation is ops in the host's engine: `_copyto`
+//! stages a host array into store-owned memory (only the host understands its layouts), one
+//! `MXEnginePushSyncND` op sums the staged copies with libkvstore's kernels (declaring the
+//! copies as read and the destination as written), and `_copyto` writes pulled values back.
+//! So a push returns at once and runs after the ops producing its values; the host's later
+//! writes of a pushed array wait for its staging copy; the host's readers of a pulled array
+//! wait for the pull.
+
+use super::dlpack::HostArray;
+use super::host::Host;
+use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
+use crate::reduce::SumOrder;
+use crate::{DType, Result};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::raw::{c_int, c_void};
+
+/// A key as the caller named it: MXNet keeps int and string keys apart.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub(super) enum Key {
+    Int(i32),
+    Str(String),
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Int(k) => write!(f, "{k}"),
+            Key::Str(k) => write!(f, "{k}"),
+        }
+    }
+}
+
+struct Entry {
+    dtype: DType,
+    shape: Vec<i64>,
+    stored: HostArray,
+    /// The sum handed to the updater (created on the first push with an updater).
+    merged: Option<HostArray>,
+    /// Store-owned copies of the pushed values, one per source position.
+    stages: Vec<HostArray>,
+}
+
+#[derive(Clone, Copy)]
+struct Updaters {
+    int: MXKVStoreUpdater,
+    string: MXKVStoreStrUpdater,
+    user: usize,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<Key, Entry>,
+    updaters: Option<Updaters>,
+}
+
+pub(super) struct HostedStore {
+    pub type_name: CString,
+    order: SumOrder,
+    state: Mutex<State>,
+}
+
+/// MXNet's storage-type code of dense arrays.
+const DENSE: c_int = 0;
+
+/// A test-only negative control (documented in the README): drops the last source of every
+/// sum of two or more, so comparisons against pure MXNet must fail.
+fn drop_source_for_test() -> bool {
+    static DROP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DROP.get_or_init(|| std::env::var("KVSTORE_HOSTED_TEST_DROP_SOURCE").is_ok_and(|v| v == "1"))
+}
+
+/// What a host array is, checked against a stored value.
+struct Described {
+    shape: Vec<i64>,
+    dtype: DType,
+    stype: c_int,
+}
+
+fn describe(host: &Host, array: NDArrayHandle) -> Result<Described> {
+    crate::ensure!(!array.is_null(), "NULL NDArray handle");
+    let (shape, dtype, stype) = host.describe(array)?;
+    Ok(Described {
+        shape,
+        dtype: DType::from_code(dtype)?,
+        stype,
+    })
+}
+
+fn shape_text(shape: &[i64]) -> String {
+    format!(
+        "({})",
+        shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    )
+}
+
+fn check_matches(key: &Key, entry: &Entry, value: &Described, what: &str) -> Result<()> {
+    crate::ensure!(
+        value.stype == DENSE,
+        "key {key}: only dense (default storage) values are supported by the hosted store yet"
+    );
+    crate::ensure!(
+        value.shape == entry.shape,
+        "shape mismatch for key {key}: the stored value has shape {}, the {what} {}",
+        shape_text(&entry.shape),
+        shape_text(&value.shape)
+    );
+    crate::ensure!(
+        value.dtype == entry.dtype,
+        "dtype mismatch for key {key}: the stored value is {}, the {what} {}",
+        entry.dtype.name(),
+        value.dtype.name()
+    );
+    Ok(())
+}
+
+/// Groups `values` by key, keys in order of first appearance.
+fn group(keys: Vec<Key>, values: &[NDArrayHandle]) -> Vec<(Key, Vec<NDArrayHandle>)> {
+    let mut groups: Vec<(Key, Vec<NDArrayHandle>)> = Vec::new();
+    for (k, v) in keys.into_iter().zip(values) {
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, vs)) => vs.push(*v),
+            None => groups.push((k, vec![*v])),
+        }
+    }
+    groups
+}
+
+/// The parameter of one sum op in the host's engine.
+struct SumJob {
+    dtype: DType,
+    order: SumOrder,
+    dst: (*mut u8, usize),
+    srcs: Vec<(*const u8, usize)>,
+}
+
+/// The engine calls this on one of its workers once the staged copies are written and every
+/// earlier user of the destination is done.
+unsafe extern "C" fn run_sum(_run_context: *mut c_void, param: *mut c_void) {
+    // SAFETY: `param` is the `SumJob` pushed with this function; the engine runs it while the
+    // arrays it points into are declared (read: sources, written: destination), and the
+    // store keeps their handles alive until it has waited for them.
+    let job = unsafe { &*(param as *const SumJob) };
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: as above; the sources are distinct store-owned buffers from the destination.
+        let dst = unsafe { std::slice::from_raw_parts_mut(job.dst.0, job.dst.1) };
+        let srcs: Vec<&[u8]> = job
+            .srcs
+            .iter()
+            .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
+            .collect();
+        crate::reduce::sum_into(job.dtype, job.order, dst, &srcs, 1);
+    });
+}
+
+unsafe extern "C" fn free_sum(param: *mut c_void) {
+    // SAFETY: the `Box<SumJob>` leaked when it was pushed; the engine frees it once.
+    unsafe { drop(Box::from_raw(param as *mut SumJob)) }
+}
+
+/// MXNet 1.9's `Context` (`{DeviceType dev_type; int32_t dev_id;}`): cpu(0).
+#[repr(C)]
+struct Context {
+    dev_type: c_int,
+    dev_id: c_int,
+}
+static CPU0: Context = Context {
+    dev_type: 1,
+    dev_id: 0,
+};
+/// MXNet 1.9's `FnProperty::kCPUPrioritized`, as MXNet's own CPU reductions use.
+static CPU_PRIORITIZED: c_int = 3;
+
+impl HostedStore {
+    pub fn new(name: &str) -> Result<HostedStore> {
+        let lower = name.to_ascii_lowercase();
+        crate::ensure!(
+            !lower.contains("dist") && !lower.contains("nccl") && !lower.contains("horovod") && !lower.contains("byteps"),
+            "store type {name}: hosted mode serves `local` and `device` stores; distributed and GPU stores are later work"
+        );
+        let order = if lower.contains("device") {
+            SumOrder::Serial
+        } else {
+            SumOrder::CpuComm
+        };
+        Ok(HostedStore {
+            type_name: CString::new(name).map_err(|_| crate::Error::new("store type with NUL"))?,
+            order,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
+        let mut state = self.state.lock();
+        let mut planned = Vec::with_capacity(keys.len());
+        for (k, v) in keys.into_iter().zip(values) {
+            crate::ensure!(
+                !state.entries.contains_key(&k)
+                    && !planned.iter().any(|(p, _, _): &(Key, _, _)| *p == k),
+                "key {k} has already been inited"
+            );
+            let d = describe(host, *v)?;
+            crate::ensure!(d.stype == DENSE, "key {k}: only dense (default storage) values are supported by the hosted store yet");
+            planned.push((k, *v, d));
+        }
+        for (k, v, d) in planned {
+            let stored = HostArray::new(host, d.dtype, &d.shape)?;
+            host.copy(v, stored.handle)?;
+            state.entries.insert(
+                k,
+                Entry {
+                    dtype: d.dtype,
+                    shape: d.shape,
+                    stored,
+                    merged: None,
+                    stages: Vec::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    pub fn push(
+        &self,
+        host: &Host,
+        keys: Vec<Key>,
+        values: &[NDArrayHandle],
+        priority: c_int,
+    ) -> Result<()> {
+        let groups = group(keys, values);
+        {
+            let state = self.state.lock();
+            for (k, vs) in &groups {
+                let entry = state
+                    .entries
+                    .get(k)
+                    .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
+                for v in vs {
+                    check_matches(k, entry, &describe(host, *v)?, "pushed value")?;
+                }
+            }
+        }
+        for (k, vs) in groups {
+            let update = self.push_one(host, &k, &vs, priority)?;
+            if let Some((updaters, recv, local)) = update {
+                // The updater runs on the calling thread without the store's lock, as MXNet's
+                // local store calls it, right after the sum is queued.
+                // SAFETY: the callbacks the frontend installed with these signatures; it owns
+                // (and frees) the two new handles.
+                unsafe {
+                    match &k {
+                        Key::Int(i) => {
+                            if let Some(f) = updaters.int {
+                                f(*i, recv, local, updaters.user as *mut c_void)
+                            }
+                        }
+                        Key::Str(s) => {
+                            let name = CString::new(s.as_str()).unwrap_or_default();
+                            if let Some(f) = updaters.string {
+                                f(name.as_ptr(), recv, local, updaters.user as *mut c_void)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stages and sums one key's values; returns the updater call to make, if any.
+    fn push_one(
+        &self,
+        host: &Host,
+        key: &Key,
+        values: &[NDArrayHandle],
+        priority: c_int,
+    ) -> Result<Option<(Updaters, NDArrayHandle, NDArrayHandle)>> {
+        let mut state = self.state.lock();
+        let updaters = state.updaters.filter(|u| match key {
+            Key::Int(_) => u.int.is_some(),
+            Key::Str(_) => u.string.is_some(),
+        });
+        let entry = state
+            .entries
+            .get_mut(key)
+            .ok_or_else(|| crate::Error::new(format!("key {key} has not been inited")))?;
+        while entry.stages.len() < values.len() {
+            entry
+                .stages
+                .push(HostArray::new(host, entry.dtype, &entry.shape)?);
+        }
+        for (v, stage) in values.iter().zip(&entry.stages) {
+            host.copy(*v, stage.handle)?;
+        }
+        if updaters.is_some() && entry.merged.is_none() {
+            entry.merged = Some(HostArray::new(host, entry.dtype, &entry.shape)?);
+        }
+        let dst = match (&updaters, &entry.merged) {
+            (Some(_), Some(m)) => m,
+            _ => &entry.stored,
+        };
+        let used = if drop_source_for_test() && values.len() > 1 {
+            values.len() - 1
+        } else {
+            values.len()
+        };
+        let stages = &entry.stages[..used];
+        let job = Box::new(SumJob {
+            dtype: entry.dtype,
+            order: self.order,
+            dst: (dst.ptr, dst.len),
+            srcs: stages.iter().map(|s| (s.ptr as *const u8, s.len)).collect(),
+        });
+        let mut reads: Vec<NDArrayHandle> = stages.iter().map(|s| s.handle).collect();
+        let mut writes = [dst.handle];
+        let param = Box::into_raw(job);
+        // SAFETY: MXEnginePushSyncND with live handle arrays (read during the call), MXNet
+        // 1.9's Context and FnProperty values, and a param the engine frees with free_sum.
+        let rc = unsafe {
+            (host.api.push_sync_nd)(
+                Some(run_sum),
+                param as *mut c_void,
+                Some(free_sum),
+                &CPU0 as *const Context as *const c_void,
+                reads.as_mut_ptr(),
+                reads.len() as c_int,
+                writes.as_mut_ptr(),
+                1,
+                &CPU_PRIORITIZED as *const c_int as *const c_void,
+                priority,
+                c"KVStoreReduce".as_ptr(),
+            )
+        };
+        host.check(rc, "MXEnginePushSyncND")?;
+        match (updaters, &entry.merged) {
+            (Some(u), Some(merged)) => {
+                let recv = host.shallow_copy(merged.handle)?;
+                let local = host.shallow_copy(entry.stored.handle)?;
+                Ok(Some((u, recv, local)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    pub fn pull(
+        &self,
+        host: &Host,
+        keys: Vec<Key>,
+        outs: &[NDArrayHandle],
+        ignore_sparse: bool,
+    ) -> Result<()> {
+        let state = self.state.lock();
+        let mut copies = Vec::with_capacity(outs.len());
+        for (k, o) in keys.iter().zip(outs) {
+            let entry = state
+                .entries
+                .get(k)
+                .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
+            let d = describe(host, *o)?;
+            if d.stype != DENSE && ignore_sparse {
+                continue;
+            }
+            check_matches(k, entry, &d, "pull output")?;
+            copies.push((entry.stored.handle, *o));
+        }
+        for (src, dst) in copies {
+            host.copy(src, dst)?;
+        }
+        Ok(())
+    }
+
+    pub fn set_updaters(
+        &self,
+        int: MXKVStoreUpdater,
+        string: MXKVStoreStrUpdater,
+        user: *mut c_void,
+    ) {
+        let updaters = (int.is_some() || string.is_some()).then_some(Updaters {
+            int,
+            string,
+            user: user as usize,
+        });
+        self.state.lock().updaters = updaters;
+    }
+
+    /// Waits for every pending op on the store's arrays, then drops them.
+    pub fn free(self, host: &Host) {
+        let state = self.state.into_inner();
+        for (_, e) in state.entries {
+            e.stored.free(host);
+            if let Some(m) = e.merged {
+                m.free(host);
+            }
+            for s in e.stages {
+                s.free(host);
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Hosted mode on the reference wheel: unchanged training scripts (tests/hosted/train.py) run on
+# pure MXNet and in hosted mode, stdout compared byte for byte; a negative control that must
+# make the comparison fail; the proofs (tests/hosted/proof.py); the refusal of a non-1.9 host.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ref="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
+py="$(cd "$(dirname "$ref")/../../../.." && pwd)/bin/python"
+lib="$PWD/target/release/libkvstore.so"
+[ -f "$lib" ] || cargo build --release --quiet
+# A directory of its own: two runs at once (two worktrees, a rerun) must not share files.
+mkdir -p target; out=$(mktemp -d "$PWD/target/hosted.XXXXXX"); trap 'rm -rf "$out"' EXIT
+hosted() { MXNET_LIBRARY_PATH="$lib" KVSTORE_HOST_LIBRARY="$ref" "$@"; }
+
+# Every model with both stores and both update_on_kvstore settings; the context counts 2, 3, 4
+# and 7 are spread over the combinations (each count appears with every model or store).
+counts=(2 3 4 7)
+fails=0; runs=0; i=0
+for model in mlp conv hybrid module; do
+  for store in local device; do
+    for uok in 1 0; do
+      [ "$model" = module ] && [ "$uok" = 0 ] && continue   # Module picks update_on_kvstore itself
+      ncpu=${counts[$((i % 4))]}; i=$((i + 1))
+      args=("$model" "$store" "$uok" "$ncpu" 3)
+      "$py" tests/hosted/train.py "${args[@]}" > "$out/pure.txt" 2>/dev/null
+      hosted "$py" tests/hosted/train.py "${args[@]}" > "$out/hosted.txt" 2>/dev/null
+      runs=$((runs + 1))
+      if cmp -s "$out/pure.txt" "$out/hosted.txt"; then
+        echo "identical: ${args[*]}"
+      else
+        echo "DIFFERENT: ${args[*]}"; diff "$out/pure.txt" "$out/hosted.txt" || true; fails=$((fails + 1))
+      fi
+    done
+  done
+done
+# NaiveEngine: every op synchronous on the calling thread.
+for args in "mlp device 1 3 3" "conv local 0 4 3"; do
+  MXNET_ENGINE_TYPE=NaiveEngine "$py" tests/hosted/train.py $args > "$out/pure.txt" 2>/dev/null
+  MXNET_ENGINE_TYPE=NaiveEngine hosted "$py" tests/hosted/train.py $args > "$out/hosted.txt" 2>/dev/null
+  runs=$((runs + 1))
+  if cmp -s "$out/pure.txt" "$out/hosted.txt"; then echo "identical (NaiveEngine): $args"; else echo "DIFFERENT (NaiveEngine): $args"; fails=$((fails + 1)); fi
+done
+echo "hosted vs pure MXNet: $((runs - fails))/$runs identical"
+[ "$fails" = 0 ]
+
+# Negative control: dropping a source from every sum must make the comparison fail.
+"$py" tests/hosted/train.py mlp device 1 3 3 > "$out/pure.txt" 2>/dev/null
+KVSTORE_HOSTED_TEST_DROP_SOURCE=1 hosted "$py" tests/hosted/train.py mlp device 1 3 3 > "$out/hosted.txt" 2>/dev/null
+if cmp -s "$out/pure.txt" "$out/hosted.txt"; then
+  echo "the negative control (KVSTORE_HOSTED_TEST_DROP_SOURCE=1) did not change the output: the comparison proves nothing" >&2
+  exit 1
+fi
+echo "negative control differs, as it must"
+
+# The store is libkvstore's, ordered by the host's engine.
+echo "pure MXNet:"; "$py" tests/hosted/proof.py pure 2>/dev/null
+echo "hosted:"
+hosted "$py" tests/hosted/proof.py hosted
+
+# A host that is not MXNet 1.9.x is refused, with the reason, on every call.
+cat > "$out/fake_host.c" <<'C'
+int MXGetVersion(int *out) { *out = 20000; return 0; }
+C
+cc -shared -fPIC -o "$out/libfake_mxnet.so" "$out/fake_host.c"
+msg=$(MXNET_LIBRARY_PATH="$lib" KVSTORE_HOST_LIBRARY="$out/libfake_mxnet.so" "$py" -c "import mxnet" 2>&1 || true)
+echo "$msg" | grep -q "hosted mode refused: KVSTORE_HOST_LIBRARY=.* is MXNet 2.0.0 (20000); hosted mode needs MXNet 1.9.x" \
+  || { echo "a 2.0 host was not refused with the reason:"; echo "$msg"; exit 1; }
+echo "a 2.0 host is refused: ok"

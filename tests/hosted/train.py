@@ -1,0 +1,80 @@
+"""An unchanged MXNet 1.9 training script: run on pure MXNet and in hosted mode
+(MXNET_LIBRARY_PATH=libkvstore.so, KVSTORE_HOST_LIBRARY=libmxnet.so), its stdout must be
+byte-identical. Prints every step's loss as float.hex, then a SHA-256 of all parameters.
+
+usage: train.py MODEL KVSTORE UPDATE_ON_KVSTORE NUM_CPUS STEPS
+MODEL: mlp | conv (oneDNN layouts) | hybrid | module (Module API, string keys)
+"""
+import hashlib
+import sys
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+model, kvstore, update_on_kv, ncpu, steps = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
+ctxs = [mx.cpu(i) for i in range(ncpu)]
+mx.random.seed(7)
+rng = np.random.RandomState(7)
+batch = 8 * ncpu
+if model == "conv":
+    X = rng.rand(batch * steps, 1, 8, 8).astype("float32")
+else:
+    X = rng.rand(batch * steps, 20).astype("float32")
+Y = rng.randint(0, 4, size=batch * steps).astype("float32")
+
+
+def digest(arrays):
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(a.asnumpy().tobytes())
+    return h.hexdigest()
+
+
+if model == "module":
+    data = mx.sym.Variable("data")
+    net = mx.sym.FullyConnected(data, num_hidden=16, name="fc1")
+    net = mx.sym.Activation(net, act_type="relu")
+    net = mx.sym.FullyConnected(net, num_hidden=4, name="fc2")
+    net = mx.sym.SoftmaxOutput(net, name="softmax")
+    it = mx.io.NDArrayIter(X, Y, batch_size=batch)
+    mod = mx.mod.Module(net, context=ctxs)
+    mod.bind(data_shapes=it.provide_data, label_shapes=it.provide_label)
+    mod.init_params(mx.init.Xavier(rnd_type="gaussian"))
+    mod.init_optimizer(kvstore=kvstore, optimizer="sgd",
+                       optimizer_params={"learning_rate": 0.1, "momentum": 0.9})
+    if not update_on_kv:
+        pass  # Module decides update_on_kvstore itself from the store type
+    metric = mx.metric.CrossEntropy()
+    for b in it:
+        mod.forward_backward(b)
+        mod.update()
+        metric.reset()
+        mod.update_metric(metric, b.label)
+        print(float(metric.get()[1]).hex())
+    args, auxs = mod.get_params()
+    print(digest([args[k] for k in sorted(args)] + [auxs[k] for k in sorted(auxs)]))
+    sys.exit(0)
+
+if model == "conv":
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Conv2D(4, 3, activation="relu"), gluon.nn.MaxPool2D(2), gluon.nn.Dense(4))
+else:
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(4))
+net.initialize(mx.init.Xavier(rnd_type="gaussian"), ctx=ctxs)
+if model == "hybrid":
+    net.hybridize()
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+                        kvstore=kvstore, update_on_kvstore=update_on_kv)
+loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+for step in range(steps):
+    xs = gluon.utils.split_and_load(mx.nd.array(X[step * batch:(step + 1) * batch]), ctxs)
+    ys = gluon.utils.split_and_load(mx.nd.array(Y[step * batch:(step + 1) * batch]), ctxs)
+    with autograd.record():
+        losses = [loss_fn(net(x), y) for x, y in zip(xs, ys)]
+    for l in losses:
+        l.backward()
+    trainer.step(batch)
+    print(float(sum(l.sum().asscalar() for l in losses)).hex())
+print(digest([p.data(ctxs[0]) for _, p in sorted(net.collect_params().items())]))
