@@ -115,10 +115,9 @@ impl DistStore {
         self.worker("broadcast")?.broadcast(vkeys, values, okeys, outs, priority)
     }
 
-    /// `PullRowSparse`: not yet on distributed stores.
-    pub fn pull_row_sparse(&self) -> Result<()> {
-        self.worker("row_sparse pull")?;
-        crate::bail!("PullRowSparse is not supported by distributed stores yet")
+    /// `PullRowSparse`: the rows `row_ids[i]` of each key into the row_sparse `outs[i]`.
+    pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
+        self.worker("row_sparse pull")?.pull_row_sparse(keys, outs, row_ids, priority)
     }
 
     /// Installs updaters: on a server, its int updater (MXNet's servers call only that one);

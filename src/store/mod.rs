@@ -298,7 +298,7 @@ impl KVStore {
     /// the row_sparse `outs[i]`: the output's rows are the sorted unique ids, absent rows zero.
     pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
         if let Some(d) = &self.dist {
-            return d.pull_row_sparse();
+            return d.pull_row_sparse(keys, outs, row_ids, priority);
         }
         check_len(&keys, outs.len())?;
         check_len(&keys, row_ids.len())?;
