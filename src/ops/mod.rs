@@ -9,6 +9,7 @@ mod catalog;
 mod kernel;
 mod params;
 pub mod registry;
+mod slice_assign;
 mod sum;
 mod values;
 
