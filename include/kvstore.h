@@ -43,6 +43,48 @@ extern "C" {
 #endif // __cplusplus
 
 /*
+ Whether autograd records: always false.
+
+ Ownership: `*curr` is written on success.
+ */
+int MXAutogradIsRecording(bool *curr);
+
+/*
+ Sets recording: 0 is accepted (`*prev` gets 0); 1 answers -1 (no autograd in libkvstore).
+
+ Ownership: `*prev` is written on success.
+ */
+int MXAutogradSetIsRecording(int is_recording,
+                             int *prev);
+
+/*
+ Whether the calling thread is in training mode.
+
+ Ownership: `*curr` is written on success.
+ */
+int MXAutogradIsTraining(bool *curr);
+
+/*
+ Sets the calling thread's training mode (non-zero: on); `*prev` gets the previous mode.
+
+ Ownership: `*prev` is written on success.
+ */
+int MXAutogradSetIsTraining(int is_training,
+                            int *prev);
+
+/*
+ Marks arrays as autograd variables with gradient buffers (what Gluon does when it
+ allocates a parameter's gradient). Without recording there is no graph to attach them to,
+ so after checking the arrays and requests this has no effect; `backward` answers -1.
+
+ Ownership: none (the arrays stay the caller's).
+ */
+int MXAutogradMarkVariables(uint32_t num_var,
+                            void **var_handles,
+                            uint32_t *reqs_array,
+                            void **grad_handles);
+
+/*
  The library's features (MXNet's 32 names; all disabled but CUDA when a GPU is usable).
 
  Ownership: the array belongs to the library and lives for the process.
@@ -645,6 +687,22 @@ int MXNDArrayGetDataNDArray(NDArrayHandle handle,
                             NDArrayHandle *out);
 
 /*
+ Whether numpy shape semantics are on: always 0 (off).
+
+ Ownership: `*curr` is written on success.
+ */
+int MXIsNumpyShape(int *curr);
+
+/*
+ Sets numpy shape semantics: 0 (off) is accepted and `*prev` gets 0; turning them on
+ answers -1 (libkvstore has classic shapes only) and changes nothing.
+
+ Ownership: `*prev` is written on success.
+ */
+int MXSetIsNumpyShape(int is_np_shape,
+                      int *prev);
+
+/*
  Every registered op name, aliases included.
 
  Ownership: the array and strings belong to the library and live for the process.
@@ -772,7 +830,8 @@ const char *MXGetLastError(void);
 int MXGetVersion(int *out);
 
 /*
- Waits for all pending operations before the process exits.
+ Waits for all pending operations before the process exits; a distributed worker store that
+ was never freed runs its exit protocol here, so that the servers stop.
 
  Ownership: none.
  */
@@ -855,36 +914,6 @@ int MXAutogradComputeGradient(uint32_t num_output,
  */
 int MXAutogradGetSymbol(void *handle,
                         void **out);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsRecording").
- */
-int MXAutogradIsRecording(bool *curr);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsTraining").
- */
-int MXAutogradIsTraining(bool *curr);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradMarkVariables").
- */
-int MXAutogradMarkVariables(uint32_t num_var,
-                            void **var_handles,
-                            uint32_t *reqs_array,
-                            void **grad_handles);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsRecording").
- */
-int MXAutogradSetIsRecording(int is_recording,
-                             int *prev);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsTraining").
- */
-int MXAutogradSetIsTraining(int is_training,
-                            int *prev);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOp").
@@ -1241,11 +1270,6 @@ int MXInvokeCachedOpEx(void *handle,
                        const int **out_stypes);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXIsNumpyShape").
- */
-int MXIsNumpyShape(int *curr);
-
-/*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayAt64").
  */
 int MXNDArrayAt64(void *handle,
@@ -1529,12 +1553,6 @@ int MXRtcPush(void *handle,
               uint32_t blockDimX,
               uint32_t blockDimY,
               uint32_t blockDimZ);
-
-/*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetIsNumpyShape").
- */
-int MXSetIsNumpyShape(int is_np_shape,
-                      int *prev);
 
 /*
  Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetNumOMPThreads").

@@ -99,6 +99,8 @@ pub struct Worker {
     state: Mutex<State>,
     pending: Arc<Mutex<HashMap<u64, (Arc<Pending>, usize)>>>,
     next_req: AtomicU64,
+    /// The exit protocol has run.
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl Worker {
@@ -122,6 +124,7 @@ impl Worker {
             state: Mutex::new(State { barrier_before_exit: true, ..State::default() }),
             pending,
             next_req: AtomicU64::new(1),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
         };
         worker.node.barrier_all();
         if mode.sync && rank == 0 {
@@ -704,7 +707,11 @@ impl Worker {
 
     /// MXNet's worker destructor: wait for pending work; with the exit barrier, barrier, and
     /// worker 0 stops the servers; then the all-node barrier of ps-lite's finalize.
+    /// Runs once: later calls (a Free after MXNotifyShutdown ran it) return at once.
     pub fn shutdown(&self) {
+        if self.shut_down.swap(true, Ordering::SeqCst) {
+            return;
+        }
         let watchdog = super::exit_watchdog("worker exit");
         engine().wait_all();
         let barrier = self.state.lock().barrier_before_exit;

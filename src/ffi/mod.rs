@@ -5,6 +5,7 @@
 #[macro_use]
 mod boundary;
 mod args;
+mod autograd_modes;
 mod cstr_table;
 mod features;
 mod handle;
@@ -13,6 +14,7 @@ mod kvstore_calls;
 mod last_error;
 mod ndarray;
 mod ndarray_sparse;
+mod np_shape;
 mod ops;
 mod quiet_panics;
 mod runtime;

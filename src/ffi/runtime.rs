@@ -30,13 +30,15 @@ pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
     })
 }
 
-/// Waits for all pending operations before the process exits.
+/// Waits for all pending operations before the process exits; a distributed worker store that
+/// was never freed runs its exit protocol here, so that the servers stop.
 ///
 /// Ownership: none.
 #[no_mangle]
 pub extern "C" fn MXNotifyShutdown() -> c_int {
     ffi_boundary!("MXNotifyShutdown", {
         crate::engine::engine().wait_all();
+        crate::dist::shutdown_unfreed_worker();
         Ok(())
     })
 }

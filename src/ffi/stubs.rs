@@ -39,36 +39,6 @@ pub extern "C" fn MXAutogradGetSymbol(handle: *mut c_void, out: *mut *mut c_void
     ffi_boundary!("MXAutogradGetSymbol", { unsupported("MXAutogradGetSymbol") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsRecording").
-#[no_mangle]
-pub extern "C" fn MXAutogradIsRecording(curr: *mut bool) -> c_int {
-    ffi_boundary!("MXAutogradIsRecording", { unsupported("MXAutogradIsRecording") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsTraining").
-#[no_mangle]
-pub extern "C" fn MXAutogradIsTraining(curr: *mut bool) -> c_int {
-    ffi_boundary!("MXAutogradIsTraining", { unsupported("MXAutogradIsTraining") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradMarkVariables").
-#[no_mangle]
-pub extern "C" fn MXAutogradMarkVariables(num_var: u32, var_handles: *mut *mut c_void, reqs_array: *mut u32, grad_handles: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MXAutogradMarkVariables", { unsupported("MXAutogradMarkVariables") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsRecording").
-#[no_mangle]
-pub extern "C" fn MXAutogradSetIsRecording(is_recording: c_int, prev: *mut c_int) -> c_int {
-    ffi_boundary!("MXAutogradSetIsRecording", { unsupported("MXAutogradSetIsRecording") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsTraining").
-#[no_mangle]
-pub extern "C" fn MXAutogradSetIsTraining(is_training: c_int, prev: *mut c_int) -> c_int {
-    ffi_boundary!("MXAutogradSetIsTraining", { unsupported("MXAutogradSetIsTraining") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXCreateCachedOp").
 #[no_mangle]
 pub extern "C" fn MXCreateCachedOp(handle: *mut c_void, out: *mut *mut c_void) -> c_int {
@@ -279,12 +249,6 @@ pub extern "C" fn MXInvokeCachedOpEx(handle: *mut c_void, num_inputs: c_int, inp
     ffi_boundary!("MXInvokeCachedOpEx", { unsupported("MXInvokeCachedOpEx") })
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXIsNumpyShape").
-#[no_mangle]
-pub extern "C" fn MXIsNumpyShape(curr: *mut c_int) -> c_int {
-    ffi_boundary!("MXIsNumpyShape", { unsupported("MXIsNumpyShape") })
-}
-
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXNDArrayAt64").
 #[no_mangle]
 pub extern "C" fn MXNDArrayAt64(handle: *mut c_void, idx: i64, out: *mut *mut c_void) -> c_int {
@@ -481,12 +445,6 @@ pub extern "C" fn MXRtcFree(handle: *mut c_void) -> c_int {
 #[no_mangle]
 pub extern "C" fn MXRtcPush(handle: *mut c_void, num_input: u32, num_output: u32, inputs: *mut *mut c_void, outputs: *mut *mut c_void, gridDimX: u32, gridDimY: u32, gridDimZ: u32, blockDimX: u32, blockDimY: u32, blockDimZ: u32) -> c_int {
     ffi_boundary!("MXRtcPush", { unsupported("MXRtcPush") })
-}
-
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetIsNumpyShape").
-#[no_mangle]
-pub extern "C" fn MXSetIsNumpyShape(is_np_shape: c_int, prev: *mut c_int) -> c_int {
-    ffi_boundary!("MXSetIsNumpyShape", { unsupported("MXSetIsNumpyShape") })
 }
 
 /// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetNumOMPThreads").
