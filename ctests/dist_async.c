@@ -2,6 +2,7 @@
  * an updater answers -1; once worker 0's controller command installs one, each push is
  * applied at once (stored += push); string keys. */
 #include "common.h"
+#include <string.h>
 
 static KVStoreHandle server_kv;
 
@@ -21,7 +22,10 @@ static void controller(int head, const char *body, void *handle) {
   if (strcmp(body, "set updater") == 0) CHECK(MXKVStoreSetUpdater(server_kv, add_updater, NULL));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* "notify": the workers never free the store; MXNotifyShutdown (what the Python package
+   * calls at interpreter exit) must run the exit protocol so that the servers stop. */
+  int notify = argc > 1 && strcmp(argv[1], "notify") == 0;
   int nw = atoi(getenv("DMLC_NUM_WORKER"));
   int is_worker;
   CHECK(MXKVStoreIsWorkerNode(&is_worker));
@@ -62,7 +66,12 @@ int main(void) {
   CHECK(MXKVStorePullEx(kv, 1, &keys[0], &out, 0));
   CHECK(MXNDArraySyncCopyToCPU(out, v, 4));
   EXPECT(v[0] == 10);
-  CHECK(MXKVStoreFree(kv));
+  if (notify) {
+    CHECK(MXNotifyShutdown());
+    CHECK(MXNotifyShutdown());
+  } else {
+    CHECK(MXKVStoreFree(kv));
+  }
   printf("worker %d ok\n", rank);
   return 0;
 }

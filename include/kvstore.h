@@ -108,17 +108,25 @@ int MXAutogradGetSymbol(void *handle,
                         void **out);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsRecording").
+ Whether autograd records: always false.
+
+ Ownership: `*curr` is written on success.
  */
 int MXAutogradIsRecording(bool *curr);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsTraining").
+ Whether the calling thread is in training mode.
+
+ Ownership: `*curr` is written on success.
  */
 int MXAutogradIsTraining(bool *curr);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradMarkVariables").
+ Marks arrays as autograd variables with gradient buffers (what Gluon does when it
+ allocates a parameter's gradient). Without recording there is no graph to attach them to,
+ so after checking the arrays and requests this has no effect; `backward` answers -1.
+
+ Ownership: none (the arrays stay the caller's).
  */
 int MXAutogradMarkVariables(uint32_t num_var,
                             void **var_handles,
@@ -126,13 +134,17 @@ int MXAutogradMarkVariables(uint32_t num_var,
                             void **grad_handles);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsRecording").
+ Sets recording: 0 is accepted (`*prev` gets 0); 1 answers -1 (no autograd in libkvstore).
+
+ Ownership: `*prev` is written on success.
  */
 int MXAutogradSetIsRecording(int is_recording,
                              int *prev);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsTraining").
+ Sets the calling thread's training mode (non-zero: on); `*prev` gets the previous mode.
+
+ Ownership: `*prev` is written on success.
  */
 int MXAutogradSetIsTraining(int is_training,
                             int *prev);
@@ -792,7 +804,9 @@ int MXInvokeCachedOpEx(void *handle,
                        const int **out_stypes);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXIsNumpyShape").
+ Whether numpy shape semantics are on: always 0 (off).
+
+ Ownership: `*curr` is written on success.
  */
 int MXIsNumpyShape(int *curr);
 
@@ -1624,7 +1638,8 @@ int MXNetFuncListGlobalNames(int *out_size,
 int MXNetObjectFree(void *obj);
 
 /*
- Waits for all pending operations before the process exits.
+ Waits for all pending operations before the process exits; a distributed worker store that
+ was never freed runs its exit protocol here, so that the servers stop.
 
  Ownership: none.
  */
@@ -2101,7 +2116,10 @@ int MXSetEnv(const char *name,
              const char *value);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetIsNumpyShape").
+ Sets numpy shape semantics: 0 (off) is accepted and `*prev` gets 0; turning them on
+ answers -1 (libkvstore has classic shapes only) and changes nothing.
+
+ Ownership: `*prev` is written on success.
  */
 int MXSetIsNumpyShape(int is_np_shape,
                       int *prev);

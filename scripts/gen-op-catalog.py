@@ -24,7 +24,8 @@ import_names = re.split(r"[\s,]+", names_path.read_text().strip())
 # The ops libkvstore computes (any name of each; aliases are found below).
 IMPLEMENTED = """_copyto _zeros _ones _full _set_value elemwise_add elemwise_sub elemwise_mul elemwise_div
 _plus_scalar _minus_scalar _rminus_scalar _mul_scalar _div_scalar _rdiv_scalar
-broadcast_add broadcast_sub broadcast_mul broadcast_div cast_storage Cast sum""".split()
+broadcast_add broadcast_sub broadcast_mul broadcast_div cast_storage Cast sum
+_slice_assign _slice_assign_scalar""".split()
 
 # What each computed op does, in libkvstore's words.
 OP_DOC = {
@@ -50,6 +51,8 @@ OP_DOC = {
     "cast_storage": "Converts between dense (default) and row_sparse storage.",
     "Cast": "Converts the elements to another dtype.",
     "sum": "Sum of the elements over the given axes.",
+    "_slice_assign": "The first array with a strided box (begin, end, step) replaced by the second array.",
+    "_slice_assign_scalar": "The array with every element of a strided box (begin, end, step) set to a scalar.",
 }
 ARG_DOC = {
     "data": "Input array.",
@@ -66,8 +69,11 @@ ARG_DOC = {
     "axis": "Axes to reduce; all of them when empty.",
     "keepdims": "Keep reduced axes, with length 1.",
     "exclude": "Reduce every axis except those in axis.",
+    "begin": "First index of the box on each leading axis (None: the axis' start; negative counts from the end).",
+    "end": "End of the box on each leading axis, exclusive (None: the axis' end; negative counts from the end).",
+    "step": "Step on each leading axis (default 1; negative walks backwards).",
 }
-NAME_ONLY = "Registered by name for the MXNet frontends' imports; libkvstore does not compute it."
+NAME_ONLY = "Not computed by libkvstore (calls answer \"not supported by libkvstore: NAME\"); registered so that the frontends raise instead of installing do-nothing stubs."
 
 u32 = ctypes.c_uint32
 def all_names():
@@ -95,7 +101,10 @@ for nm in all_names():
     by_handle.setdefault(handle(nm), []).append(nm)
 
 wanted = []
-for nm in IMPLEMENTED + import_names:
+# Every other op of the reference too, by name only: the Python package installs do-nothing
+# stubs for names the library does not list, so listing them all makes such calls raise
+# "not supported by libkvstore: NAME" instead of silently doing nothing.
+for nm in IMPLEMENTED + import_names + sorted(all_names()):
     h = handle(nm) or nm
     if h not in [w[0] for w in wanted]:
         wanted.append((h, nm in IMPLEMENTED))

@@ -168,6 +168,11 @@ fn diff_ops() {
 }
 
 #[test]
+fn diff_slice_assign() {
+    differential("diff_slice_assign");
+}
+
+#[test]
 fn diff_broadcast_sparse() {
     differential("diff_broadcast_sparse");
 }

@@ -133,6 +133,19 @@ fn dist_async_with_a_server_updater() {
     assert_job_passed("dist_async 1 server 2 workers", &mpirun(&exe, &[], 1, 2, 0, 120), 3);
 }
 
+/// Workers that never free their store (a frontend exiting with the store alive) still stop
+/// the servers: MXNotifyShutdown runs the exit protocol, well before the exit watchdog.
+#[test]
+fn workers_exiting_without_free_stop_the_servers_at_notify_shutdown() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_async");
+    let start = std::time::Instant::now();
+    assert_job_passed("dist_async notify 1 server 2 workers", &mpirun(&exe, &["notify"], 1, 2, 0, 120), 3);
+    assert!(start.elapsed().as_secs() < 60, "the job took {:?}", start.elapsed());
+}
+
 #[test]
 fn a_killed_worker_fails_the_job_fast() {
     if !mpirun_available() {

@@ -323,11 +323,11 @@ pub(crate) static SLOTS: [Slot; 294] = [
     Slot::new(super::stubs::MXAutogradBackwardEx as *mut ()),
     Slot::new(super::stubs::MXAutogradComputeGradient as *mut ()),
     Slot::new(super::stubs::MXAutogradGetSymbol as *mut ()),
-    Slot::new(super::stubs::MXAutogradIsRecording as *mut ()),
-    Slot::new(super::stubs::MXAutogradIsTraining as *mut ()),
-    Slot::new(super::stubs::MXAutogradMarkVariables as *mut ()),
-    Slot::new(super::stubs::MXAutogradSetIsRecording as *mut ()),
-    Slot::new(super::stubs::MXAutogradSetIsTraining as *mut ()),
+    Slot::new(super::autograd_modes::MXAutogradIsRecording as *mut ()),
+    Slot::new(super::autograd_modes::MXAutogradIsTraining as *mut ()),
+    Slot::new(super::autograd_modes::MXAutogradMarkVariables as *mut ()),
+    Slot::new(super::autograd_modes::MXAutogradSetIsRecording as *mut ()),
+    Slot::new(super::autograd_modes::MXAutogradSetIsTraining as *mut ()),
     Slot::new(super::stubs::MXBuildSubgraphByOpNames as *mut ()),
     Slot::new(super::stubs::MXCachedOpRegisterOpHook as *mut ()),
     Slot::new(super::stubs::MXCreateCachedOp as *mut ()),
@@ -387,7 +387,7 @@ pub(crate) static SLOTS: [Slot; 294] = [
     Slot::new(super::kvstore::MXInitPSEnv as *mut ()),
     Slot::new(super::stubs::MXInvokeCachedOp as *mut ()),
     Slot::new(super::stubs::MXInvokeCachedOpEx as *mut ()),
-    Slot::new(super::stubs::MXIsNumpyShape as *mut ()),
+    Slot::new(super::np_shape::MXIsNumpyShape as *mut ()),
     Slot::new(super::kvstore::MXKVStoreBarrier as *mut ()),
     Slot::new(super::kvstore::MXKVStoreBroadcast as *mut ()),
     Slot::new(super::kvstore::MXKVStoreBroadcastEx as *mut ()),
@@ -530,7 +530,7 @@ pub(crate) static SLOTS: [Slot; 294] = [
     Slot::new(super::stubs::MXRtcPush as *mut ()),
     Slot::new(super::stubs::MXSetCalibTableToQuantizedSymbol as *mut ()),
     Slot::new(super::stubs::MXSetEnv as *mut ()),
-    Slot::new(super::stubs::MXSetIsNumpyShape as *mut ()),
+    Slot::new(super::np_shape::MXSetIsNumpyShape as *mut ()),
     Slot::new(super::stubs::MXSetNumOMPThreads as *mut ()),
     Slot::new(super::profiler::MXSetProcessProfilerConfig as *mut ()),
     Slot::new(super::profiler::MXSetProcessProfilerState as *mut ()),
@@ -682,35 +682,47 @@ pub extern "C" fn MXAutogradGetSymbol(handle: *mut c_void, out: *mut *mut c_void
     trampoline!(40)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsRecording").
+/// Whether autograd records: always false.
+///
+/// Ownership: `*curr` is written on success.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXAutogradIsRecording(curr: *mut bool) -> c_int {
     trampoline!(48)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradIsTraining").
+/// Whether the calling thread is in training mode.
+///
+/// Ownership: `*curr` is written on success.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXAutogradIsTraining(curr: *mut bool) -> c_int {
     trampoline!(56)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradMarkVariables").
+/// Marks arrays as autograd variables with gradient buffers (what Gluon does when it
+/// allocates a parameter's gradient). Without recording there is no graph to attach them to,
+/// so after checking the arrays and requests this has no effect; `backward` answers -1.
+///
+/// Ownership: none (the arrays stay the caller's).
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXAutogradMarkVariables(num_var: u32, var_handles: *mut *mut c_void, reqs_array: *mut u32, grad_handles: *mut *mut c_void) -> c_int {
     trampoline!(64)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsRecording").
+/// Sets recording: 0 is accepted (`*prev` gets 0); 1 answers -1 (no autograd in libkvstore).
+///
+/// Ownership: `*prev` is written on success.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXAutogradSetIsRecording(is_recording: c_int, prev: *mut c_int) -> c_int {
     trampoline!(72)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXAutogradSetIsTraining").
+/// Sets the calling thread's training mode (non-zero: on); `*prev` gets the previous mode.
+///
+/// Ownership: `*prev` is written on success.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXAutogradSetIsTraining(is_training: c_int, prev: *mut c_int) -> c_int {
@@ -1166,7 +1178,9 @@ pub extern "C" fn MXInvokeCachedOpEx(handle: *mut c_void, num_inputs: c_int, inp
     trampoline!(552)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXIsNumpyShape").
+/// Whether numpy shape semantics are on: always 0 (off).
+///
+/// Ownership: `*curr` is written on success.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXIsNumpyShape(curr: *mut c_int) -> c_int {
@@ -1953,7 +1967,8 @@ pub extern "C" fn MXNetObjectFree(obj: *mut c_void) -> c_int {
     trampoline!(1272)
 }
 
-/// Waits for all pending operations before the process exits.
+/// Waits for all pending operations before the process exits; a distributed worker store that
+/// was never freed runs its exit protocol here, so that the servers stop.
 ///
 /// Ownership: none.
 #[unsafe(naked)]
@@ -2341,7 +2356,10 @@ pub extern "C" fn MXSetEnv(name: *const c_char, value: *const c_char) -> c_int {
     trampoline!(1696)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetIsNumpyShape").
+/// Sets numpy shape semantics: 0 (off) is accepted and `*prev` gets 0; turning them on
+/// answers -1 (libkvstore has classic shapes only) and changes nothing.
+///
+/// Ownership: `*prev` is written on success.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXSetIsNumpyShape(is_np_shape: c_int, prev: *mut c_int) -> c_int {

@@ -5,6 +5,7 @@
 #[macro_use]
 mod boundary;
 mod args;
+mod autograd_modes;
 mod cstr_table;
 pub(crate) mod exports;
 mod features;
@@ -14,6 +15,7 @@ mod kvstore_calls;
 mod last_error;
 mod ndarray;
 mod ndarray_sparse;
+mod np_shape;
 mod ops;
 mod quiet_panics;
 mod profiler;

@@ -28,13 +28,15 @@ pub extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
     })
 }
 
-/// Waits for all pending operations before the process exits.
+/// Waits for all pending operations before the process exits; a distributed worker store that
+/// was never freed runs its exit protocol here, so that the servers stop.
 ///
 /// Ownership: none.
 pub extern "C" fn MXNotifyShutdown() -> c_int {
     ffi_boundary!({
         // Shutting down reports nothing: MXNet's engine drops pending failures at shutdown.
         let _ = crate::engine::engine().wait_all();
+        crate::store::dist::shutdown_unfreed_worker();
         Ok(())
     })
 }

@@ -29,26 +29,6 @@ pub(crate) extern "C" fn MXAutogradGetSymbol() -> c_int {
     ffi_boundary!({ unsupported("MXAutogradGetSymbol") })
 }
 
-pub(crate) extern "C" fn MXAutogradIsRecording() -> c_int {
-    ffi_boundary!({ unsupported("MXAutogradIsRecording") })
-}
-
-pub(crate) extern "C" fn MXAutogradIsTraining() -> c_int {
-    ffi_boundary!({ unsupported("MXAutogradIsTraining") })
-}
-
-pub(crate) extern "C" fn MXAutogradMarkVariables() -> c_int {
-    ffi_boundary!({ unsupported("MXAutogradMarkVariables") })
-}
-
-pub(crate) extern "C" fn MXAutogradSetIsRecording() -> c_int {
-    ffi_boundary!({ unsupported("MXAutogradSetIsRecording") })
-}
-
-pub(crate) extern "C" fn MXAutogradSetIsTraining() -> c_int {
-    ffi_boundary!({ unsupported("MXAutogradSetIsTraining") })
-}
-
 pub(crate) extern "C" fn MXBuildSubgraphByOpNames() -> c_int {
     ffi_boundary!({ unsupported("MXBuildSubgraphByOpNames") })
 }
@@ -235,10 +215,6 @@ pub(crate) extern "C" fn MXInvokeCachedOp() -> c_int {
 
 pub(crate) extern "C" fn MXInvokeCachedOpEx() -> c_int {
     ffi_boundary!({ unsupported("MXInvokeCachedOpEx") })
-}
-
-pub(crate) extern "C" fn MXIsNumpyShape() -> c_int {
-    ffi_boundary!({ unsupported("MXIsNumpyShape") })
 }
 
 pub(crate) extern "C" fn MXLoadLib() -> c_int {
@@ -511,10 +487,6 @@ pub(crate) extern "C" fn MXSetCalibTableToQuantizedSymbol() -> c_int {
 
 pub(crate) extern "C" fn MXSetEnv() -> c_int {
     ffi_boundary!({ unsupported("MXSetEnv") })
-}
-
-pub(crate) extern "C" fn MXSetIsNumpyShape() -> c_int {
-    ffi_boundary!({ unsupported("MXSetIsNumpyShape") })
 }
 
 pub(crate) extern "C" fn MXSetNumOMPThreads() -> c_int {

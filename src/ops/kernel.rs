@@ -28,6 +28,10 @@ pub enum Kernel {
     CastStorage,
     /// `sum`: a reduction over axes.
     Sum,
+    /// `_slice_assign`: a strided box of the first input replaced by the second.
+    SliceAssign,
+    /// `_slice_assign_scalar`: a strided box of the input set to `scalar`.
+    SliceAssignScalar,
 }
 
 impl Kernel {
@@ -57,6 +61,8 @@ impl Kernel {
             "Cast" => Kernel::Cast,
             "cast_storage" => Kernel::CastStorage,
             "sum" => Kernel::Sum,
+            "_slice_assign" => Kernel::SliceAssign,
+            "_slice_assign_scalar" => Kernel::SliceAssignScalar,
             _ => return None,
         })
     }
@@ -65,7 +71,7 @@ impl Kernel {
     pub fn num_inputs(self) -> usize {
         match self {
             Kernel::Fill(_) | Kernel::SetValue => 0,
-            Kernel::Elemwise(_) | Kernel::Broadcast(_) => 2,
+            Kernel::Elemwise(_) | Kernel::Broadcast(_) | Kernel::SliceAssign => 2,
             _ => 1,
         }
     }
@@ -114,6 +120,8 @@ impl Kernel {
                 Output { value: copy_of(&inputs[0], inputs[0].dtype)?, stype }
             }
             Kernel::Sum => Output::dense(super::sum::sum(&inputs[0], params)?),
+            Kernel::SliceAssign => Output::dense(super::slice_assign::slice_assign(&inputs[0], &inputs[1], params, name)?),
+            Kernel::SliceAssignScalar => Output::dense(super::slice_assign::slice_assign_scalar(&inputs[0], params, name)?),
         };
         Ok(vec![out])
     }

@@ -10,6 +10,7 @@ mod info;
 mod kernel;
 mod params;
 pub mod registry;
+mod slice_assign;
 mod sum;
 mod values;
 

@@ -299,7 +299,7 @@ impl KVStore {
     pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
         let _trace = profiler::span(Class::Call, "pull_row_sparse", || trace_args(&keys, outs));
         if let Some(d) = &self.dist {
-            return d.pull_row_sparse();
+            return d.pull_row_sparse(keys, outs, row_ids, priority);
         }
         check_len(&keys, outs.len())?;
         check_len(&keys, row_ids.len())?;

@@ -28,8 +28,8 @@ pub type Controller = Arc<dyn Fn(i32, &CStr) + Send + Sync>;
 
 /// A distributed store, by this process's role.
 pub enum DistStore {
-    /// A worker's.
-    Worker(Worker),
+    /// A worker's (shared with the process-exit hook, [`shutdown_unfreed_worker`]).
+    Worker(Arc<Worker>),
     /// A server's.
     Server(Server),
     /// A scheduler's (joins barriers only).
@@ -69,7 +69,11 @@ impl DistStore {
         let node = transport::start(role)?;
         check_counts(&node)?;
         Ok(match role {
-            Role::Worker => DistStore::Worker(Worker::start(node, mode)?),
+            Role::Worker => {
+                let worker = Arc::new(Worker::start(node, mode)?);
+                *LIVE_WORKER.lock() = Some(Arc::downgrade(&worker));
+                DistStore::Worker(worker)
+            }
             Role::Server => DistStore::Server(Server::start(node)?),
             Role::Scheduler => DistStore::Scheduler(Scheduler::start(node)),
         })
@@ -77,7 +81,7 @@ impl DistStore {
 
     fn worker(&self, what: &str) -> Result<&Worker> {
         match self {
-            DistStore::Worker(w) => Ok(w),
+            DistStore::Worker(w) => Ok(w.as_ref()),
             _ => crate::bail!("{what} is for worker processes; this process is a {} (DMLC_ROLE)", self.role_name()),
         }
     }
@@ -115,10 +119,9 @@ impl DistStore {
         self.worker("broadcast")?.broadcast(vkeys, values, okeys, outs, priority)
     }
 
-    /// `PullRowSparse`: not yet on distributed stores.
-    pub fn pull_row_sparse(&self) -> Result<()> {
-        self.worker("row_sparse pull")?;
-        crate::bail!("PullRowSparse is not supported by distributed stores yet")
+    /// `PullRowSparse`: the rows `row_ids[i]` of each key into the row_sparse `outs[i]`.
+    pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
+        self.worker("row_sparse pull")?.pull_row_sparse(keys, outs, row_ids, priority)
     }
 
     /// Installs updaters: on a server, its int updater (MXNet's servers call only that one);
@@ -196,6 +199,21 @@ impl Drop for DistStore {
         if let DistStore::Worker(w) = self {
             w.shutdown();
         }
+    }
+}
+
+/// The worker store of this process (one distributed store per process), for the exit hook.
+static LIVE_WORKER: once_cell::sync::Lazy<parking_lot::Mutex<Option<std::sync::Weak<Worker>>>> =
+    once_cell::sync::Lazy::new(|| parking_lot::Mutex::new(None));
+
+/// Runs the worker's exit protocol (wait, barrier, stop the servers, finalize) if this
+/// process has a worker store that was never freed: a frontend that exits without freeing
+/// it (MXNotifyShutdown at interpreter exit) must still let the servers stop. Bounded by
+/// the exit watchdog; a no-op when there is no such store or it already ran.
+pub fn shutdown_unfreed_worker() {
+    let worker = LIVE_WORKER.lock().as_ref().and_then(std::sync::Weak::upgrade);
+    if let Some(w) = worker {
+        w.shutdown();
     }
 }
 

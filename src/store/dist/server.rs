@@ -43,9 +43,31 @@ struct Entry {
     requests: Vec<(usize, u64, bool)>,
 }
 
+/// A server's part of a row_sparse key.
+struct RspEntry {
+    dtype: DType,
+    /// Rows in this server's part of the key.
+    part_rows: usize,
+    row_len: usize,
+    /// The value the updater sees (row_sparse, float32 with multi-precision): as MXNet, the
+    /// rows of the init push, numbered from 0.
+    stored: NDArray,
+    /// What pulls read, in the key's dtype: MXNet answers a pull of row `r` from the stored
+    /// array's value buffer at `r * row size`, which holds the stored rows packed from the
+    /// start. After an update that leaves fewer rows (an assignment without an updater), the
+    /// rows past them keep their earlier values; this buffer reproduces that.
+    memory: Vec<u8>,
+    /// The round's sum (sync) or the push being applied (async): row ids and rows, in the
+    /// dtype the server works in.
+    merged: (Vec<i64>, Vec<u8>),
+    /// Pushes waiting for the round's update: (world rank, request).
+    requests: Vec<(usize, u64)>,
+}
+
 #[derive(Default)]
 struct State {
     entries: HashMap<i32, Entry>,
+    rsp: HashMap<i32, RspEntry>,
     compression: Option<GradientCompression>,
     multi_precision: bool,
 }
@@ -197,6 +219,35 @@ impl ServerCore {
                 let has = self.updater.read().is_some() as u8;
                 self.reply(source, req, Ok(&[has]));
             }
+            Msg::RspPush { req, key, dtype, flags, part_rows, row_len, ids, data } => {
+                if let Err(e) = self.rsp_push(source, req, key, dtype, flags, (part_rows as usize, row_len as usize), &ids, data) {
+                    self.reply(source, req, Err(e.message().to_string()));
+                }
+            }
+            Msg::RspPull { req, key, ids } => {
+                let state = self.state.lock();
+                let answer = match state.rsp.get(&key) {
+                    None => Err(format!("row_sparse key {key} has not been inited on this server")),
+                    Some(e) => {
+                        let rb = e.row_len * e.dtype.size();
+                        match ids.iter().find(|&&r| usize::try_from(r).map_or(true, |r| r >= e.part_rows)) {
+                            Some(bad) => Err(format!("row {bad} is out of range for key {key}: this server holds {} rows", e.part_rows)),
+                            None => {
+                                let mut rows = Vec::with_capacity(ids.len() * rb);
+                                for &r in &ids {
+                                    rows.extend_from_slice(&e.memory[r as usize * rb..(r as usize + 1) * rb]);
+                                }
+                                Ok(rows)
+                            }
+                        }
+                    }
+                };
+                drop(state);
+                match answer {
+                    Ok(rows) => self.reply(source, req, Ok(&rows)),
+                    Err(e) => self.reply(source, req, Err(e)),
+                }
+            }
             Msg::Reply { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
         }
     }
@@ -239,6 +290,103 @@ impl ServerCore {
             e.stored_dtype = Some(std::mem::replace(&mut e.stored, master));
             e.merged = None;
         }
+        for (key, e) in state.rsp.iter_mut() {
+            if e.dtype == DType::Float32 {
+                continue;
+            }
+            crate::ensure!(e.requests.is_empty(), "Multiprecision mode can not be set while pushes are underway (key {key})");
+            let rows = engine().run_sync(&[e.stored.var()], &[], || e.stored.rows_now())?;
+            let master = NDArray::empty_row_sparse(e.stored.shape(), STORE_CONTEXT, DType::Float32)?;
+            master.set_rows_now(&rows.ids, cast_buffer(e.dtype, &rows.data, DType::Float32)?)?;
+            e.stored = master;
+            e.merged = (Vec::new(), Vec::new());
+        }
+        Ok(())
+    }
+
+    /// A row_sparse push (MXNet's `DataHandleRowSparse`): the first is the init; then, in
+    /// sync mode, the round's pushes are summed over the union of their rows and applied once
+    /// every worker has pushed; in async mode each push with rows is applied at once.
+    #[allow(clippy::too_many_arguments)]
+    fn rsp_push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, (part_rows, row_len): (usize, usize), ids: &[i64], data: &[u8]) -> Result<()> {
+        let dtype = DType::from_code(dtype)?;
+        crate::ensure!(flags & wire::PUSH_COMPRESSED == 0, "Gradient compression for row sparse storage type is not supported");
+        let rb = row_len * dtype.size();
+        crate::ensure!(row_len > 0 && data.len() == ids.len() * rb, "row_sparse push of {} bytes for {} rows of {row_len} {}", data.len(), ids.len(), dtype.name());
+        crate::ensure!(ids.iter().all(|&r| r >= 0 && (r as usize) < part_rows), "row_sparse push of key {key} names rows outside this server's {part_rows} rows");
+        let mut state = self.state.lock();
+        let mp = state.multi_precision && dtype != DType::Float32;
+        let work = if mp { DType::Float32 } else { dtype };
+        if !state.rsp.contains_key(&key) {
+            crate::ensure!(!state.entries.contains_key(&key), "key {key} holds a default value on this server");
+            crate::ensure!(!ids.is_empty(), "init with empty data is not supported (row_sparse key {key})");
+            // The init push's rows become rows 0.. of the stored value, as MXNet's
+            // InitRowSparseStored (an init is normally every row of the part).
+            let n = ids.len();
+            let stored = NDArray::empty_row_sparse(&[n, row_len], STORE_CONTEXT, work)?;
+            stored.set_rows_now(&(0..n as i64).collect::<Vec<_>>(), cast_buffer(dtype, data, work)?)?;
+            let mut memory = vec![0u8; part_rows.max(n) * rb];
+            memory[..data.len()].copy_from_slice(data);
+            state.rsp.insert(key, RspEntry { dtype, part_rows, row_len, stored, memory, merged: (Vec::new(), Vec::new()), requests: Vec::new() });
+            drop(state);
+            self.reply(source, req, Ok(&[]));
+            return Ok(());
+        }
+        let sync = self.sync.load(Ordering::SeqCst);
+        let updater = self.updater.read().is_some();
+        let e = state.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        crate::ensure!(e.dtype == dtype && e.row_len == row_len, "key {key}: row_sparse push of {} rows of {row_len}, the key holds {} rows of {}", dtype.name(), e.dtype.name(), e.row_len);
+        if !sync {
+            crate::ensure!(updater, "Updater needs to be set for async mode (key {key})");
+            if ids.is_empty() {
+                drop(state);
+                self.reply(source, req, Ok(&[]));
+                return Ok(());
+            }
+        }
+        let recv = cast_buffer(dtype, data, work)?;
+        if e.requests.is_empty() || !sync {
+            e.merged = (ids.to_vec(), recv.bytes().to_vec());
+        } else {
+            let wrb = row_len * work.size();
+            let (mids, mdata) = std::mem::take(&mut e.merged);
+            let (sum_ids, sum) = crate::reduce::sparse::sum_rows(work, wrb, &[(ids, recv.bytes()), (&mids, &mdata)])?;
+            e.merged = (sum_ids, sum.bytes().to_vec());
+        }
+        e.requests.push((source, req));
+        if sync && e.requests.len() < self.num_workers {
+            return Ok(());
+        }
+        let (mids, mdata) = std::mem::take(&mut e.merged);
+        let requests = std::mem::take(&mut e.requests);
+        let stored = e.stored.clone();
+        let merged = NDArray::empty_row_sparse(stored.shape(), STORE_CONTEXT, work)?;
+        let mut buf = crate::base::buffer::Buffer::zeroed(mdata.len())?;
+        buf.bytes_mut().copy_from_slice(&mdata);
+        merged.set_rows_now(&mids, buf)?;
+        drop(state);
+        if updater {
+            let st = stored.clone();
+            self.exec(|done| Job::Update { key, recv: merged, stored: st, done });
+        } else {
+            // MXNet copies the merged value over the stored one: the key keeps only the
+            // round's rows.
+            let mut buf = crate::base::buffer::Buffer::zeroed(mdata.len())?;
+            buf.bytes_mut().copy_from_slice(&mdata);
+            engine().run_sync(&[], &[stored.var()], || stored.set_rows_now(&mids, buf))??;
+        }
+        let rows = engine().run_sync(&[stored.var()], &[], || stored.rows_now())?;
+        let packed = cast_buffer(work, &rows.data, dtype)?;
+        {
+            let mut state = self.state.lock();
+            if let Some(e) = state.rsp.get_mut(&key) {
+                let n = packed.bytes().len().min(e.memory.len());
+                e.memory[..n].copy_from_slice(&packed.bytes()[..n]);
+            }
+        }
+        for (dest, r) in requests {
+            self.reply(dest, r, Ok(&[]));
+        }
         Ok(())
     }
 
@@ -266,6 +414,7 @@ impl ServerCore {
                 data.to_vec()
             }
         };
+        crate::ensure!(!state.rsp.contains_key(&key), "key {key} holds a row_sparse value on this server");
         if !state.entries.contains_key(&key) {
             // The first push of a key is its init.
             let stored = NDArray::zeros(&[len], STORE_CONTEXT, work_dtype)?;
@@ -328,6 +477,13 @@ impl ServerCore {
             }
         })
     }
+}
+
+/// `data` (values of `from`) as a buffer of `to` values.
+fn cast_buffer(from: DType, data: &[u8], to: DType) -> Result<crate::base::buffer::Buffer> {
+    let mut out = crate::base::buffer::Buffer::zeroed(data.len() / from.size() * to.size())?;
+    copy_cast(from, data, to, out.bytes_mut(), 1);
+    Ok(out)
 }
 
 /// A scheduler: it only joins the all-node barriers.

@@ -70,6 +70,32 @@ pub fn compressed_parts(key: i32, n: usize, packed: usize, factor: usize, server
     (packed_parts, parts)
 }
 
+/// One server's rows of a row_sparse key: rows `start..start + rows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowPart {
+    /// Server rank.
+    pub server: usize,
+    /// First row.
+    pub start: usize,
+    /// Number of rows.
+    pub rows: usize,
+}
+
+/// The row ranges of a row_sparse key of `rows` rows of `row_len` elements, as MXNet's
+/// `EncodeRowSparseKey`: all rows on `(key * 9973) % S` while `rows * row_len` is below
+/// `bound`, else one contiguous range per server, sized `round(rows/S*(i+1)) - round(rows/S*i)`.
+pub fn row_parts(key: i32, rows: usize, row_len: usize, servers: usize, bound: usize) -> Vec<RowPart> {
+    if rows.saturating_mul(row_len) < bound {
+        return vec![RowPart { server: small_key_server(key, servers), start: 0, rows }];
+    }
+    (0..servers)
+        .map(|i| {
+            let start = boundary(rows, servers, i);
+            RowPart { server: i, start, rows: boundary(rows, servers, i + 1) - start }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +156,25 @@ mod tests {
         // Small: one server, as for dense keys.
         let (packed, parts) = compressed_parts(3, 50, 4, 16, 2, 100);
         assert_eq!((packed[0].server, parts[0].server, parts[0].len), (1, 1, 50));
+    }
+
+    #[test]
+    fn row_sparse_keys_split_by_rows_at_the_bound() {
+        // 6 rows of 2: 12 elements; below a bound of 13 one server, at 12 split.
+        assert_eq!(row_parts(3, 6, 2, 2, 13), vec![RowPart { server: 1, start: 0, rows: 6 }]);
+        let parts = row_parts(3, 6, 2, 2, 12);
+        assert_eq!(parts, vec![RowPart { server: 0, start: 0, rows: 3 }, RowPart { server: 1, start: 3, rows: 3 }]);
+        // 1001 rows over 3 servers: llround(333.67)=334, llround(667.33)=667.
+        let rows: Vec<usize> = row_parts(0, 1001, 1, 3, 10).iter().map(|p| p.rows).collect();
+        assert_eq!(rows, vec![334, 333, 334]);
+        for s in 1..=4 {
+            for n in [1usize, 7, 100, 12345] {
+                let parts = row_parts(1, n, 3, s, 1);
+                assert_eq!(parts.iter().map(|p| p.rows).sum::<usize>(), n);
+                for (i, p) in parts.iter().enumerate() {
+                    assert_eq!(p.rows, mxnet_part_size(n, s, i));
+                }
+            }
+        }
     }
 }

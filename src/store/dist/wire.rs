@@ -24,6 +24,11 @@ pub enum Msg<'a> {
     HasUpdater { req: u64 },
     /// Server to worker: the answer to request `req`; `ok` false carries an error message.
     Reply { req: u64, ok: bool, data: &'a [u8] },
+    /// Worker to server: rows of a row_sparse key's part (`part_rows` rows of `row_len`
+    /// elements); `ids` are relative to the part's first row, `data` holds those rows.
+    RspPush { req: u64, key: i32, dtype: i32, flags: u8, part_rows: u64, row_len: u64, ids: Vec<i64>, data: &'a [u8] },
+    /// Worker to server: send these rows (relative ids, sorted, unique) of the part.
+    RspPull { req: u64, key: i32, ids: Vec<i64> },
 }
 
 const PUSH: u8 = 1;
@@ -31,6 +36,30 @@ const PULL: u8 = 2;
 const COMMAND: u8 = 3;
 const HAS_UPDATER: u8 = 4;
 const REPLY: u8 = 5;
+const RSP_PUSH: u8 = 6;
+const RSP_PULL: u8 = 7;
+
+fn put_ids(m: &mut Vec<u8>, ids: &[i64]) {
+    m.extend_from_slice(&(ids.len() as u64).to_le_bytes());
+    for id in ids {
+        m.extend_from_slice(&id.to_le_bytes());
+    }
+}
+
+/// A row_sparse push's header and row ids, before its rows: the sender appends the rows.
+#[allow(clippy::too_many_arguments)]
+pub fn rsp_push_header(req: u64, key: i32, dtype: i32, flags: u8, part_rows: u64, row_len: u64, ids: &[i64], payload: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(50 + ids.len() * 8 + payload);
+    m.push(RSP_PUSH);
+    m.extend_from_slice(&req.to_le_bytes());
+    m.extend_from_slice(&key.to_le_bytes());
+    m.extend_from_slice(&dtype.to_le_bytes());
+    m.push(flags);
+    m.extend_from_slice(&part_rows.to_le_bytes());
+    m.extend_from_slice(&row_len.to_le_bytes());
+    put_ids(&mut m, ids);
+    m
+}
 
 /// A push's header, before its payload: the sender appends the payload itself, so a big part
 /// is copied once into the message.
@@ -79,6 +108,18 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             m.extend_from_slice(data);
             m
         }
+        Msg::RspPush { req, key, dtype, flags, part_rows, row_len, ids, data } => {
+            let mut m = rsp_push_header(*req, *key, *dtype, *flags, *part_rows, *row_len, ids, data.len());
+            m.extend_from_slice(data);
+            m
+        }
+        Msg::RspPull { req, key, ids } => {
+            let mut m = vec![RSP_PULL];
+            m.extend_from_slice(&req.to_le_bytes());
+            m.extend_from_slice(&key.to_le_bytes());
+            put_ids(&mut m, ids);
+            m
+        }
     }
 }
 
@@ -105,6 +146,11 @@ impl<'a> Reader<'a> {
         let b = self.take(4)?;
         Ok(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
+    fn ids(&mut self) -> Result<Vec<i64>> {
+        let n = usize::try_from(self.u64()?).map_err(|_| crate::Error::new("row count"))?;
+        crate::ensure!(n <= self.bytes.len() / 8, "truncated message");
+        (0..n).map(|_| self.u64().map(|v| v as i64)).collect()
+    }
 }
 
 /// Decodes a message.
@@ -125,6 +171,15 @@ pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
             let (req, ok) = (r.u64()?, r.u8()? != 0);
             Msg::Reply { req, ok, data: r.bytes }
         }
+        RSP_PUSH => {
+            let (req, key, dtype, flags, part_rows, row_len) = (r.u64()?, r.i32()?, r.i32()?, r.u8()?, r.u64()?, r.u64()?);
+            let ids = r.ids()?;
+            Msg::RspPush { req, key, dtype, flags, part_rows, row_len, ids, data: r.bytes }
+        }
+        RSP_PULL => {
+            let (req, key) = (r.u64()?, r.i32()?);
+            Msg::RspPull { req, key, ids: r.ids()? }
+        }
         other => crate::bail!("unknown message kind {other}"),
     })
 }
@@ -143,6 +198,9 @@ mod tests {
             Msg::HasUpdater { req: 9 },
             Msg::Reply { req: 3, ok: false, data: b"no" },
             Msg::Reply { req: 4, ok: true, data: &[] },
+            Msg::RspPush { req: 5, key: 9, dtype: 0, flags: 0, part_rows: 6, row_len: 2, ids: vec![0, 5], data: &data },
+            Msg::RspPull { req: 6, key: 9, ids: vec![] },
+            Msg::RspPull { req: 7, key: 9, ids: vec![1, 3, 4] },
         ];
         for m in &msgs {
             assert_eq!(&decode(&encode(m)).unwrap(), m);
@@ -150,5 +208,9 @@ mod tests {
         assert!(decode(&[]).is_err());
         assert!(decode(&[PULL, 1, 2]).is_err());
         assert!(decode(&[99]).is_err());
+        // A row count larger than the message is refused, not allocated.
+        let mut m = encode(&Msg::RspPull { req: 1, key: 2, ids: vec![7] });
+        m[13..21].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode(&m).is_err());
     }
 }

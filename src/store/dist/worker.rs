@@ -6,7 +6,7 @@
 use super::command::{encode_compression, Command};
 use super::names::DistMode;
 use super::role::Role;
-use super::shard::{self, Part};
+use super::shard::{self, Part, RowPart};
 use super::transport::Node;
 use super::wire::{self, Msg};
 use crate::compression::GradientCompression;
@@ -31,6 +31,15 @@ struct KeyMeta {
     parts: Vec<Part>,
     /// Gradient-compression residual of the merged value (one per key, as MXNet's workers).
     residual: Arc<Mutex<Vec<f32>>>,
+    /// A row_sparse key's row ranges, one per server holding some of its rows (empty for
+    /// dense keys).
+    row_parts: Vec<RowPart>,
+}
+
+impl KeyMeta {
+    fn sparse(&self) -> bool {
+        !self.row_parts.is_empty()
+    }
 }
 
 /// A request waiting for its servers' answers.
@@ -48,6 +57,14 @@ struct Pending {
 
 impl Pending {
     fn new(parts: usize, done: Option<OpDone>, target: Option<NDArray>) -> Arc<Pending> {
+        // A request to no server is finished at once (an unfinished completion fails its op).
+        let done = match done {
+            Some(d) if parts == 0 => {
+                d.finish(Ok(()));
+                None
+            }
+            d => d,
+        };
         Arc::new(Pending {
             remaining: AtomicUsize::new(parts),
             done: Mutex::new(done),
@@ -90,6 +107,8 @@ pub struct Worker {
     state: Mutex<State>,
     pending: Arc<Mutex<HashMap<u64, (Arc<Pending>, usize)>>>,
     next_req: AtomicU64,
+    /// The exit protocol has run.
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl Worker {
@@ -113,6 +132,7 @@ impl Worker {
             state: Mutex::new(State { barrier_before_exit: true, ..State::default() }),
             pending,
             next_req: AtomicU64::new(1),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
         };
         worker.node.barrier_all();
         if mode.sync && rank == 0 {
@@ -205,14 +225,39 @@ impl Worker {
             for (i, (id, v)) in ids.iter().zip(values).enumerate() {
                 crate::ensure!(seen.insert(*id), "key {} appears twice in one init", keys.display(i));
                 crate::ensure!(!state.meta.contains_key(id), "key {} has been inited already", keys.display(i));
-                crate::ensure!(
-                    v.stype() == StorageType::Default,
-                    "key {}: distributed stores hold dense values only (row_sparse values are not supported yet)",
-                    keys.display(i)
-                );
+                match v.stype() {
+                    StorageType::Default => {}
+                    StorageType::RowSparse => {
+                        v.check_row_sparse()?;
+                        crate::ensure!(v.shape().len() >= 2 && v.row_len() > 0, "key {}: a row_sparse value needs rows of at least one element", keys.display(i));
+                    }
+                    other => crate::bail!("key {}: distributed stores hold dense and row_sparse values, not {}", keys.display(i), other.name()),
+                }
             }
             let compression = state.compression;
             for (id, v) in ids.iter().zip(values) {
+                if v.stype() == StorageType::RowSparse {
+                    let rows = v.shape()[0];
+                    let row_parts = shard::row_parts(*id, rows, v.row_len(), self.servers.len(), self.bound);
+                    if self.rank == 0 {
+                        // MXNet's servers abort on an init that gives them no rows.
+                        let have = engine().run_sync(&[v.var()], &[], || v.rows_now().ids)?;
+                        for p in &row_parts {
+                            crate::ensure!(
+                                have.iter().any(|&r| r >= p.start as i64 && r < (p.start + p.rows) as i64),
+                                "row_sparse key {id}: the init value has no rows in rows {}..{} (server {}'s part); distributed stores need every part inited with rows",
+                                p.start,
+                                p.start + p.rows,
+                                p.server
+                            );
+                        }
+                    }
+                    let comm = NDArray::empty_row_sparse(v.shape(), STORE_CONTEXT, v.dtype())?;
+                    comms.push((*id, v.clone(), comm.clone(), Vec::new()));
+                    let meta = KeyMeta { shape: v.shape().to_vec(), dtype: v.dtype(), comm, parts: Vec::new(), residual: Arc::new(Mutex::new(Vec::new())), row_parts };
+                    state.meta.insert(*id, meta);
+                    continue;
+                }
                 let n = v.size();
                 let parts = match compression {
                     Some(gc) => {
@@ -229,6 +274,7 @@ impl Worker {
                     comm,
                     parts,
                     residual: Arc::new(Mutex::new(Vec::new())),
+                    row_parts: Vec::new(),
                 };
                 state.meta.insert(*id, meta);
             }
@@ -238,7 +284,12 @@ impl Worker {
         let mut failed = Ok(());
         if self.rank == 0 {
             for (id, value, comm, parts) in &comms {
-                self.schedule_push(*id, vec![value.clone()], comm, parts, None, wire::PUSH_INIT, 0, Arc::new(Mutex::new(Vec::new())));
+                if value.stype() == StorageType::RowSparse {
+                    let row_parts = self.state.lock().meta[id].row_parts.clone();
+                    self.schedule_rsp_push(*id, vec![value.clone()], comm, &row_parts, wire::PUSH_INIT, 0);
+                } else {
+                    self.schedule_push(*id, vec![value.clone()], comm, parts, None, wire::PUSH_INIT, 0, Arc::new(Mutex::new(Vec::new())));
+                }
             }
             for (_, _, comm, _) in &comms {
                 if let Err(e) = comm.wait_to_write() {
@@ -253,17 +304,35 @@ impl Worker {
 
     /// Looks up keys and checks values against them; returns, per unique key in ascending
     /// order, its id and the positions of its values.
+    /// `sparse_ok`: row_sparse values are checked and kept for row_sparse keys (pushes);
+    /// otherwise they are skipped (MXNet's pull with `ignore_sparse`) or refused.
     fn group(&self, state: &State, keys: &Keys, values: &[NDArray], what: &str) -> Result<BTreeMap<i32, Vec<usize>>> {
         crate::ensure!(keys.len() == values.len(), "{} keys but {} values", keys.len(), values.len());
         let ids = state.keys.lookup(keys)?;
         let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
         for (i, (id, v)) in ids.iter().zip(values).enumerate() {
             let Some(meta) = state.meta.get(id) else { crate::bail!("key {} has not been inited", keys.display(i)) };
+            if what == "pull" && v.stype() == StorageType::RowSparse {
+                // MXNet's dist pull (ignore_sparse) skips row_sparse outputs.
+                continue;
+            }
             crate::ensure!(
-                v.stype() == StorageType::Default,
-                "key {}: {what} of row_sparse values is not supported by distributed stores yet",
+                !meta.sparse() || what == "push",
+                "key {}: row_sparse keys of distributed stores are read with PullRowSparse ({what} is not supported for them)",
                 Self::shown(&state.keys, *id)
             );
+            let want = if meta.sparse() && what == "push" { StorageType::RowSparse } else { StorageType::Default };
+            crate::ensure!(
+                v.stype() == want,
+                "key {}: {what} of a {} value to a {} key is not supported by distributed stores{}",
+                Self::shown(&state.keys, *id),
+                v.stype().name(),
+                if meta.sparse() { "row_sparse" } else { "default" },
+                if meta.sparse() { " (row_sparse keys take row_sparse pushes and PullRowSparse)" } else { "" }
+            );
+            if v.stype() == StorageType::RowSparse {
+                v.check_row_sparse()?;
+            }
             crate::ensure!(
                 v.shape() == meta.shape.as_slice(),
                 "key {}: {what} shape {} differs from the inited shape {}",
@@ -296,6 +365,7 @@ impl Worker {
             if let Some(gc) = state.compression {
                 let _ = gc;
                 for id in groups.keys() {
+                    crate::ensure!(!state.meta[id].sparse(), "Gradient compression for row sparse storage type is not supported (key {})", Self::shown(&state.keys, *id));
                     crate::ensure!(
                         state.meta[id].dtype == DType::Float32,
                         "key {}: gradient compression works on float32 values only",
@@ -309,12 +379,16 @@ impl Worker {
                 .into_iter()
                 .map(|(id, idx)| {
                     let m = &state.meta[&id];
-                    (id, idx.iter().map(|&i| values[i].clone()).collect::<Vec<_>>(), m.comm.clone(), m.parts.clone(), compression, Arc::clone(&m.residual))
+                    (id, idx.iter().map(|&i| values[i].clone()).collect::<Vec<_>>(), m.comm.clone(), m.parts.clone(), compression, Arc::clone(&m.residual), m.row_parts.clone())
                 })
                 .collect::<Vec<_>>()
         };
         self.check_servers_update()?;
-        for (id, vals, comm, parts, compression, residual) in jobs {
+        for (id, vals, comm, parts, compression, residual, row_parts) in jobs {
+            if !row_parts.is_empty() {
+                self.schedule_rsp_push(id, vals, &comm, &row_parts, 0, priority);
+                continue;
+            }
             let flags = if compression.is_some() { wire::PUSH_COMPRESSED } else { 0 };
             self.schedule_push(id, vals, &comm, &parts, compression, flags, priority, residual);
         }
@@ -388,6 +462,146 @@ impl Worker {
         });
     }
 
+    /// Schedules the push of one row_sparse key's values: their sum (over the union of rows),
+    /// then, to each server of the key, only the pushed rows in its range (ids relative to the
+    /// range). A server gets a message even when none of its rows were pushed: in sync mode
+    /// every push counts toward the round. Finishes when every server has answered.
+    fn schedule_rsp_push(&self, key: i32, values: Vec<NDArray>, comm: &NDArray, parts: &[RowPart], flags: u8, priority: i32) {
+        let held = values.clone();
+        let reads: Vec<&crate::engine::Var> = held.iter().map(|v| v.var()).collect();
+        let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
+        let pending_map = Arc::clone(&self.pending);
+        let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
+        engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
+            let dtype = values[0].dtype();
+            let row_bytes = values[0].row_bytes();
+            let row_len = values[0].row_len();
+            let (ids, data) = if values.len() == 1 {
+                let r = values[0].rows_now();
+                (r.ids, r.data)
+            } else {
+                let rows: Vec<_> = values.iter().map(|v| v.rows_now()).collect();
+                let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (r.ids.as_slice(), r.data.as_slice())).collect();
+                match crate::reduce::sparse::sum_rows(dtype, row_bytes, &inputs) {
+                    Ok((ids, buf)) => (ids, buf.bytes().to_vec()),
+                    Err(e) => {
+                        eprintln!("libkvstore: row_sparse push of key {key} failed: {e}");
+                        return;
+                    }
+                }
+            };
+            let pending = Pending::new(parts.len(), Some(done), None);
+            {
+                let mut map = pending_map.lock();
+                for i in 0..parts.len() {
+                    map.insert(next_req + i as u64, (Arc::clone(&pending), 0));
+                }
+            }
+            for (i, p) in parts.iter().enumerate() {
+                let (lo, hi) = (p.start as i64, (p.start + p.rows) as i64);
+                let first = ids.partition_point(|&r| r < lo);
+                let last = ids.partition_point(|&r| r < hi);
+                let rel: Vec<i64> = ids[first..last].iter().map(|&r| r - lo).collect();
+                let rows = &data[first * row_bytes..last * row_bytes];
+                let mut m = wire::rsp_push_header(next_req + i as u64, key, dtype.code(), flags, p.rows as u64, row_len as u64, &rel, rows.len());
+                m.extend_from_slice(rows);
+                node.send(servers[p.server], &m);
+            }
+        });
+    }
+
+    /// `PullRowSparse`: for each key, the sorted unique `row_ids` are asked of the servers
+    /// holding them; the output gets exactly those rows. One output per key, as MXNet.
+    pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
+        crate::ensure!(keys.len() == outs.len() && keys.len() == row_ids.len(), "{} keys, {} outputs and {} row id arrays", keys.len(), outs.len(), row_ids.len());
+        let jobs = {
+            let mut state = self.state.lock();
+            let ids = state.keys.lookup(&keys)?;
+            let mut seen = std::collections::HashSet::new();
+            let mut jobs = Vec::with_capacity(ids.len());
+            for (i, ((id, out), rid)) in ids.iter().zip(outs).zip(row_ids).enumerate() {
+                let Some(meta) = state.meta.get(id) else { crate::bail!("key {} has not been inited", keys.display(i)) };
+                let shown = Self::shown(&state.keys, *id);
+                crate::ensure!(meta.sparse(), "PullRowSparse expects a row_sparse key; key {shown} holds a default value");
+                crate::ensure!(
+                    out.stype() == StorageType::RowSparse,
+                    "Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
+                    out.stype().name()
+                );
+                crate::ensure!(
+                    rid.stype() == StorageType::Default,
+                    "Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
+                    rid.stype().name()
+                );
+                crate::ensure!(seen.insert(*id), "RowSparsePull with multiple values is not supported yet (key {shown} appears twice)");
+                crate::ensure!(
+                    out.shape() == meta.shape.as_slice(),
+                    "key {shown}: output shape {} differs from the inited shape {}",
+                    shape_string(out.shape()),
+                    shape_string(&meta.shape)
+                );
+                let rows = meta.shape[0];
+                let want = engine().run_sync(&[rid.var()], &[], || rid.read_bytes(|b| crate::ndarray::row_ids_of(rid.dtype(), b, rid.size())))?;
+                if let Some(bad) = want.iter().find(|&&r| usize::try_from(r).map_or(true, |r| r >= rows)) {
+                    crate::bail!("row id {bad} is out of range for key {shown}: the value has {rows} rows");
+                }
+                jobs.push((*id, out.clone(), rid.clone(), meta.comm.clone(), meta.row_parts.clone()));
+            }
+            state.keys.fix_type(&keys);
+            jobs
+        };
+        for (id, out, rid, comm, parts) in jobs {
+            self.schedule_rsp_pull(id, &comm, &rid, &parts, priority);
+            crate::backend::for_context(out.ctx()).copy_any(&comm, &out, priority);
+        }
+        Ok(())
+    }
+
+    fn schedule_rsp_pull(&self, key: i32, comm: &NDArray, rid: &NDArray, parts: &[RowPart], priority: i32) {
+        let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
+        let pending_map = Arc::clone(&self.pending);
+        let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
+        let (target, ids_in) = (comm.clone(), rid.clone());
+        engine().push_async(&[rid.var()], &[comm.var()], priority, move |_env, done| {
+            let mut want = ids_in.read_bytes(|b| crate::ndarray::row_ids_of(ids_in.dtype(), b, ids_in.size()));
+            want.sort_unstable();
+            want.dedup();
+            let row_bytes = target.row_bytes();
+            let rows = match crate::base::buffer::Buffer::zeroed(want.len() * row_bytes) {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("libkvstore: row_sparse pull of key {key} failed: {e}");
+                    return;
+                }
+            };
+            if let Err(e) = target.set_rows_now(&want, rows) {
+                eprintln!("libkvstore: row_sparse pull of key {key} failed: {e}");
+                return;
+            }
+            // Each server answers its rows in order, into their place in the output.
+            let asks: Vec<(usize, usize, Vec<i64>)> = parts
+                .iter()
+                .map(|p| {
+                    let (lo, hi) = (p.start as i64, (p.start + p.rows) as i64);
+                    let first = want.partition_point(|&r| r < lo);
+                    let last = want.partition_point(|&r| r < hi);
+                    (p.server, first * row_bytes, want[first..last].iter().map(|&r| r - lo).collect::<Vec<i64>>())
+                })
+                .filter(|(_, _, ids)| !ids.is_empty())
+                .collect();
+            let pending = Pending::new(asks.len(), Some(done), Some(target));
+            {
+                let mut map = pending_map.lock();
+                for (i, (_, offset, _)) in asks.iter().enumerate() {
+                    map.insert(next_req + i as u64, (Arc::clone(&pending), *offset));
+                }
+            }
+            for (i, (server, _, ids)) in asks.into_iter().enumerate() {
+                node.send(servers[server], &wire::encode(&Msg::RspPull { req: next_req + i as u64, key, ids }));
+            }
+        });
+    }
+
     /// Pulls keys into dense outputs (`ignore_sparse` must be true, as in MXNet).
     pub fn pull(&self, keys: Keys, outs: Vec<NDArray>, priority: i32, ignore_sparse: bool) -> Result<()> {
         crate::ensure!(ignore_sparse, "dist kvstore pull doesn't support ignore_sparse=False");
@@ -434,8 +648,8 @@ impl Worker {
         let jobs = {
             let mut state = self.state.lock();
             crate::ensure!(state.compression.is_none(), "Compression not supported with PushPull");
-            let vgroups = self.group(&state, &vkeys, &values, "push")?;
-            let ogroups = self.group(&state, &okeys, &outs, "pull")?;
+            let vgroups = self.group(&state, &vkeys, &values, "push-pull")?;
+            let ogroups = self.group(&state, &okeys, &outs, "push-pull")?;
             crate::ensure!(
                 vgroups.keys().eq(ogroups.keys()),
                 "List of push and pull keys are different: push-pull needs the same keys in both lists"
@@ -506,7 +720,11 @@ impl Worker {
 
     /// MXNet's worker destructor: wait for pending work; with the exit barrier, barrier, and
     /// worker 0 stops the servers; then the all-node barrier of ps-lite's finalize.
+    /// Runs once: later calls (a Free after MXNotifyShutdown ran it) return at once.
     pub fn shutdown(&self) {
+        if self.shut_down.swap(true, Ordering::SeqCst) {
+            return;
+        }
         let watchdog = super::exit_watchdog("worker exit");
         // A failure of pending work has no caller left to report to at exit.
         let _ = engine().wait_all();
