@@ -141,6 +141,12 @@ fn async_error() {
 }
 
 #[test]
+fn aliasing() {
+    let out = own("aliasing");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("aliasing passed"));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));
