@@ -147,6 +147,12 @@ fn aliasing() {
 }
 
 #[test]
+fn cross_store() {
+    let out = own("cross_store");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cross_store passed"));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));

@@ -94,7 +94,7 @@ mod tests {
                 let mut cpu = vec![0u8; 4];
                 let bufs: Vec<Vec<u8>> = values.iter().map(|v| v.to_ne_bytes().to_vec()).collect();
                 let srcs: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
-                crate::reduce::sum_into(crate::DType::Float32, order, &mut cpu, &srcs);
+                crate::reduce::sum_into(crate::DType::Float32, order, &mut cpu, &srcs, 1);
                 let cpu = f32::from_ne_bytes([cpu[0], cpu[1], cpu[2], cpu[3]]);
                 assert_eq!(replay(&values, order).to_bits(), cpu.to_bits(), "n={n} {order:?}");
             }

@@ -8,6 +8,7 @@ pub mod env;
 mod entries;
 mod keys;
 mod plan;
+mod turns;
 mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
@@ -18,7 +19,7 @@ use crate::backend::{CompressedSumJob, GradientCompression, RowSparsePull, SumJo
 use crate::error::Result;
 use crate::ndarray::{Context, NDArray, StorageType};
 use entries::Entries;
-use parking_lot::{Mutex, ReentrantMutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use plan::PushPlan;
 use std::ffi::CString;
 
@@ -39,12 +40,13 @@ impl Entry {
         Entry { stored, merge: None, residuals: Vec::new() }
     }
 
-    /// The merge buffer, made on first use.
-    fn merge_buffer(&mut self) -> Result<NDArray> {
-        if self.merge.is_none() {
-            self.merge = Some(NDArray::zeros(self.stored.shape(), STORE_CONTEXT, self.stored.dtype())?);
+    /// A merge buffer for one push: the key's own, taken out until its updater call is done
+    /// (see [`KVStore::call_updaters`]), or a new one while another push's updater reads it.
+    fn take_merge_buffer(&mut self) -> Result<NDArray> {
+        match self.merge.take() {
+            Some(merge) => Ok(merge),
+            None => NDArray::zeros(self.stored.shape(), STORE_CONTEXT, self.stored.dtype()),
         }
-        self.merge.clone().ok_or_else(|| crate::Error::new("merge buffer missing"))
     }
 
     /// At least `n` residuals (new positions start at zero: MXNet would overrun its buffers).
@@ -70,9 +72,6 @@ pub struct KVStore {
     comm: Box<dyn Comm>,
     state: Mutex<State>,
     updaters: RwLock<Updaters>,
-    // Held across a whole push, updater calls included, so that concurrent pushes cannot
-    // overwrite a merge buffer an updater is reading. Re-entrant: an updater may push.
-    push_lock: ReentrantMutex<()>,
     /// A distributed store: every call goes to it.
     dist: Option<dist::DistStore>,
 }
@@ -97,7 +96,6 @@ impl KVStore {
             comm,
             state: Mutex::new(State::default()),
             updaters: RwLock::new(Updaters::default()),
-            push_lock: ReentrantMutex::new(()),
         })
     }
 
@@ -149,7 +147,6 @@ impl KVStore {
             return d.push(keys, values, priority);
         }
         check_len(&keys, values.len())?;
-        let _serial = self.push_lock.lock();
         let calls = {
             let mut state = self.state.lock();
             let ids = state.keys.lookup(&keys)?;
@@ -194,7 +191,6 @@ impl KVStore {
         }
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
-        let _serial = self.push_lock.lock();
         let (calls, copies) = {
             let mut state = self.state.lock();
             let vids = state.keys.lookup(&vkeys)?;
@@ -358,6 +354,7 @@ impl KVStore {
             // Where the sum goes: the stored value, or (with an updater) the value handed to
             // it — MXNet hands over a single uncompressed value as it is.
             let sparse_sum = vals.iter().all(|v| v.stype() == StorageType::RowSparse);
+            let mut give_back = None;
             let dst = match (with_updater, vals.len(), compression) {
                 (false, _, _) => {
                     // As MXNet: a sum of another storage type than the stored value's replaces
@@ -375,11 +372,16 @@ impl KVStore {
                 }
                 (true, 1, None) => vals[0].clone(),
                 (true, _, _) if sparse_sum => NDArray::empty_row_sparse(entry.stored.shape(), STORE_CONTEXT, entry.stored.dtype())?,
-                (true, _, _) => entry.merge_buffer()?,
+                (true, _, _) => {
+                    let merge = entry.take_merge_buffer()?;
+                    give_back = Some(merge.clone());
+                    merge
+                }
             };
             // Only an updater needs the sum's destination after the job (refcounts are shared
             // with the workers: no clone without a use).
             let recv = with_updater.then(|| dst.clone());
+            let merge = give_back.take();
             match compression {
                 Some(gc) => {
                     let residuals = entry.residuals(vals.len())?;
@@ -390,7 +392,7 @@ impl KVStore {
             }
             if let Some(recv) = recv {
                 let key = updaters.key_for(g.id, state.keys.name(g.id).filter(|_| string_keys));
-                calls.push(UpdaterCall { key, recv, local: entry.stored.clone(), updaters: updaters.clone() });
+                calls.push(UpdaterCall { id: g.id, key, recv, local: entry.stored.clone(), updaters: updaters.clone(), merge });
             }
         }
         batch::sums(self.sum_order(), values, sums, priority);
@@ -399,26 +401,38 @@ impl KVStore {
     }
 
     /// Calls the updaters on the calling thread, with no store lock held: an updater may call
-    /// back into the library. Each waits until its inputs are ready, so it may read raw data.
-    /// When the sum failed, the updater is not called and the failure moves to the stored
-    /// value, where the next pull's wait reports it (MXNet's updater ops would read the failed
-    /// sum and pass its failure on to the stored value).
+    /// back into the library, this store or another. Calls for one key take turns (see
+    /// [`turns`]), so a C updater's read-modify-write loses nothing. Each waits until its
+    /// inputs are ready, so it may read raw data. When the sum failed, the updater is not
+    /// called and the failure moves to the stored value, where the next pull's wait reports it
+    /// (MXNet's updater ops would read the failed sum and pass its failure on to the stored
+    /// value). A merge buffer goes back to its key once its updater has returned.
     fn call_updaters(&self, calls: Vec<UpdaterCall>) {
         for c in calls {
+            let turn = turns::take((self as *const KVStore as usize, c.id));
             if let Err(failure) = c.recv.wait_to_read().and_then(|()| c.local.wait_to_write()) {
                 crate::engine::engine().push(&[], &[c.local.var()], 0, move |_| Err(failure));
-                continue;
+            } else {
+                c.updaters.call(&c.key, c.recv, c.local);
             }
-            c.updaters.call(&c.key, c.recv, c.local);
+            drop(turn);
+            if let Some(merge) = c.merge {
+                if let Some(entry) = self.state.lock().entries.get_mut(&c.id) {
+                    entry.merge.get_or_insert(merge);
+                }
+            }
         }
     }
 }
 
 struct UpdaterCall {
+    id: i32,
     key: UpdaterKey,
     recv: NDArray,
     local: NDArray,
     updaters: Updaters,
+    /// The key's merge buffer, to give back after the call.
+    merge: Option<NDArray>,
 }
 
 fn check_len(keys: &Keys, n: usize) -> Result<()> {
