@@ -153,6 +153,12 @@ fn cross_store() {
 }
 
 #[test]
+fn half_applied() {
+    let out = own("half_applied");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("half_applied passed"));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));
