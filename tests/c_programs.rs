@@ -159,6 +159,12 @@ fn half_applied() {
 }
 
 #[test]
+fn fork() {
+    let out = own("fork");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fork passed"));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));

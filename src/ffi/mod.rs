@@ -7,6 +7,7 @@ mod boundary;
 mod args;
 mod cstr_table;
 mod features;
+mod fork;
 mod handle;
 mod kvstore;
 mod kvstore_calls;
