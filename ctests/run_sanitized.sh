@@ -9,7 +9,7 @@ cargo build --release --quiet
 lib="$PWD/target/release"
 out="$PWD/target/ctests-sanitized"
 mkdir -p "$out"
-programs=(walkthrough diff_store diff_dtypes diff_ndarray diff_compression diff_sparse diff_ops diff_broadcast_sparse diff_parsing bad_input row_ids threads teardown async_error aliasing cross_store half_applied fork)
+programs=(walkthrough diff_store diff_dtypes diff_ndarray diff_compression diff_sparse diff_ops diff_broadcast_sparse diff_parsing bad_input row_ids threads teardown async_error aliasing cross_store half_applied fork oom)
 
 for p in "${programs[@]}"; do
   cc -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \

@@ -165,6 +165,13 @@ fn fork() {
 }
 
 #[test]
+fn oom() {
+    let out = own("oom");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("oom passed"));
+    assert!(out.stderr.is_empty(), "oom printed on stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));

@@ -144,7 +144,7 @@ fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray, threads: usize) -
         return run_sum(order, &values, dst, threads);
     }
     if dst.stype() == StorageType::RowSparse {
-        let rows: Vec<_> = values.iter().map(|v| v.rows_now()).collect();
+        let rows = values.iter().map(|v| v.rows_now()).collect::<Result<Vec<_>>>()?;
         let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (&r.ids[..], &r.data[..])).collect();
         let (ids, data) = sparse::sum_rows(dst.dtype(), dst.row_bytes(), &inputs)?;
         return dst.set_rows_now(&ids, data);
@@ -156,7 +156,7 @@ fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray, threads: usize) -
             match v.stype() {
                 StorageType::Default => v.read_bytes(|s| b.bytes_mut().copy_from_slice(s)),
                 _ => {
-                    let rows = v.rows_now();
+                    let rows = v.rows_now()?;
                     sparse::densify(v.row_bytes(), &rows.ids, &rows.data, b.bytes_mut());
                 }
             }
@@ -255,10 +255,10 @@ fn run_copies(src: &NDArray, dsts: &[NDArray], threads: usize) -> Result<()> {
 fn run_row_sparse_pull(stored: &NDArray, out: &NDArray, rid: &NDArray) -> Result<()> {
     let mut want = Buffer::zeroed(rid.size() * DType::Int64.size())?;
     rid.read_bytes(|b| crate::base::cast(rid.dtype(), b, DType::Int64, want.bytes_mut()));
-    let mut want = typed::<i64>(want.bytes()).to_vec();
+    let mut want = crate::base::buffer::try_copy(typed::<i64>(want.bytes()))?;
     want.sort_unstable();
     want.dedup();
-    let rows = stored.rows_now();
+    let rows = stored.rows_now()?;
     let kept = sparse::retain(stored.row_bytes(), &rows.ids, &rows.data, &want)?;
     let data = if stored.dtype() == out.dtype() {
         kept
