@@ -30,8 +30,8 @@ extern "C" fn in_child() {
 }
 
 /// Records that the library is in use (registering the fork handler once), then fails in a
-/// forked child unless the export (`here`, see `boundary::export_name`) reads no library state.
-pub(crate) fn check(here: &'static str) -> crate::error::Result<()> {
+/// forked child unless the export (`name`, asked only in such a child) reads no library state.
+pub(crate) fn check(name: impl FnOnce() -> &'static str) -> crate::error::Result<()> {
     if !USED.load(Ordering::Relaxed) {
         static REGISTER: Once = Once::new();
         REGISTER.call_once(|| {
@@ -44,7 +44,7 @@ pub(crate) fn check(here: &'static str) -> crate::error::Result<()> {
         });
         USED.store(true, Ordering::Relaxed);
     }
-    if FORKED.load(Ordering::Relaxed) && !STATELESS.contains(&super::boundary::export_name(here)) {
+    if FORKED.load(Ordering::Relaxed) && !STATELESS.contains(&name()) {
         crate::bail!(
             "libkvstore was in use in process {} when it forked; this child (pid {}) cannot use it: \
              the library's worker threads did not survive the fork and its locks may be held forever. \

@@ -3,7 +3,7 @@
 //! blocks; the table is uploaded from a pinned ring and the kernel finds each block's key by
 //! binary search over `block_start`.
 
-use crate::ndarray::DType;
+use crate::base::DType;
 use crate::reduce::SumOrder;
 
 /// One key's entry, laid out as `struct KeyDesc` in `kernels/fused.cu` (48 bytes; both
