@@ -17,6 +17,11 @@ impl Error {
         Error { message: message.into() }
     }
 
+    /// Memory ran out while making `what`.
+    pub fn out_of_memory(what: &str) -> Self {
+        Error { message: format!("out of host memory making {what}") }
+    }
+
     /// The message, without the call name.
     pub fn message(&self) -> &str {
         &self.message

@@ -147,6 +147,37 @@ fn profiler() {
 }
 
 #[test]
+fn aliasing() {
+    let out = own("aliasing");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("aliasing passed"));
+}
+
+#[test]
+fn cross_store() {
+    let out = own("cross_store");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cross_store passed"));
+}
+
+#[test]
+fn half_applied() {
+    let out = own("half_applied");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("half_applied passed"));
+}
+
+#[test]
+fn fork() {
+    let out = own("fork");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fork passed"));
+}
+
+#[test]
+fn oom() {
+    let out = own("oom");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("oom passed"));
+    assert!(out.stderr.is_empty(), "oom printed on stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));

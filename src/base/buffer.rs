@@ -54,6 +54,29 @@ impl Buffer {
     }
 }
 
+/// A copy of `items`, or an "out of host memory" error: for copies whose size a user's input
+/// sets, which must fail with -1 rather than abort the process.
+pub fn try_copy<T: Clone>(items: &[T]) -> Result<Vec<T>> {
+    let mut out = try_with_capacity(items.len())?;
+    out.extend_from_slice(items);
+    Ok(out)
+}
+
+/// An empty vector with room for `n` items, or an "out of host memory" error (see [`try_copy`]).
+pub fn try_with_capacity<T>(n: usize) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| crate::Error::new(format!("out of host memory allocating {} bytes", n.saturating_mul(std::mem::size_of::<T>()))))?;
+    Ok(out)
+}
+
+/// `n` copies of `value`, or an "out of host memory" error (see [`try_copy`]).
+pub fn try_filled<T: Clone>(n: usize, value: T) -> Result<Vec<T>> {
+    let mut out = try_with_capacity(n)?;
+    out.resize(n, value);
+    Ok(out)
+}
+
 /// `bytes` as a slice of `T`; `bytes` must start at a multiple of `T`'s size in a [`Buffer`].
 pub fn typed<T: Pod>(bytes: &[u8]) -> &[T] {
     // Buffers are 64-byte aligned and every view starts at a whole element, so the cast holds;

@@ -4,11 +4,13 @@
 
 pub mod buffer;
 mod cast;
+mod context;
 mod dtype;
 pub mod element;
 mod padded;
 pub(crate) mod prefetch;
 
 pub use cast::cast;
+pub use context::{Context, DeviceType};
 pub use dtype::{DType, ALL_DTYPES};
 pub use padded::CachePadded;

@@ -9,7 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// Runs `body` for the C function whose path `here` names (see [`export_name`]) and turns its
 /// outcome into MXNet's 0 / -1.
 pub(crate) fn call(here: &'static str, body: impl FnOnce() -> Result<()>) -> c_int {
-    match super::quiet_panics::inside(|| catch_unwind(AssertUnwindSafe(body))) {
+    let checked = || super::fork::check(|| export_name(here)).and_then(|()| body());
+    match super::quiet_panics::inside(|| catch_unwind(AssertUnwindSafe(checked))) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
             super::last_error::set(export_name(here), e.message());

@@ -9,6 +9,7 @@ mod autograd_modes;
 mod cstr_table;
 pub(crate) mod exports;
 mod features;
+mod fork;
 mod handle;
 mod kvstore;
 mod kvstore_calls;

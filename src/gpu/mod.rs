@@ -45,8 +45,8 @@ pub fn require_device(dev_id: i32) -> Result<()> {
 }
 
 /// `ctx`, if it can hold values: host contexts always, GPU contexts when the device is usable.
-pub fn usable_context(ctx: crate::ndarray::Context) -> Result<crate::ndarray::Context> {
-    if ctx.dev_type == crate::ndarray::DeviceType::Gpu {
+pub fn usable_context(ctx: crate::base::Context) -> Result<crate::base::Context> {
+    if ctx.dev_type == crate::base::DeviceType::Gpu {
         require_device(ctx.dev_id)?;
     }
     Ok(ctx)
@@ -61,7 +61,7 @@ pub fn memory_info(dev: i32) -> Result<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ndarray::Context;
+    use crate::base::Context;
 
     #[test]
     fn gpu_contexts_answer_a_clear_error_until_gpu_arrays_exist() {

@@ -11,7 +11,7 @@
 //! runs over all keys again (the list stays sorted between runs, new keys appended): keys
 //! already placed keep their buffer, but the load is counted where the new run puts them.
 
-use crate::ndarray::Context;
+use crate::base::Context;
 use std::collections::HashMap;
 
 /// libstdc++'s `std::sort` (introsort: median-of-three quicksort down to runs of 16, heap
@@ -373,7 +373,7 @@ impl MergePlacement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ndarray::DeviceType;
+    use crate::base::DeviceType;
 
     fn gpu(id: i32) -> Context {
         Context { dev_type: DeviceType::Gpu, dev_id: id }

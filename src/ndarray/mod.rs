@@ -10,7 +10,7 @@ mod shape;
 mod sparse;
 mod storage;
 
-pub use context::{Context, DeviceType};
+pub use crate::base::{Context, DeviceType};
 pub use crate::base::{DType, ALL_DTYPES};
 pub use row_sparse::Rows;
 pub(crate) use row_ids::ids_of as row_ids_of;

@@ -30,10 +30,10 @@ pub(crate) fn check_row_ids(ids: &[i64], rows: usize) -> Result<()> {
 }
 
 /// `values` (dense, of any integer or float dtype) as int64 ids, C-cast.
-pub(crate) fn ids_of(dtype: DType, bytes: &[u8], n: usize) -> Vec<i64> {
-    let mut ids = vec![0i64; n];
+pub(crate) fn ids_of(dtype: DType, bytes: &[u8], n: usize) -> Result<Vec<i64>> {
+    let mut ids = crate::base::buffer::try_filled(n, 0i64)?;
     crate::base::cast(dtype, bytes, DType::Int64, bytemuck::cast_slice_mut(&mut ids));
-    ids
+    Ok(ids)
 }
 
 impl NDArray {
@@ -51,14 +51,14 @@ impl NDArray {
     pub(crate) fn check_row_sparse_now(&self) -> Result<()> {
         self.check_row_sparse_parts()?;
         let rows = self.shape().first().copied().unwrap_or(0);
-        check_row_ids(&self.raw_row_ids(), rows).map_err(|e| crate::Error::new(format!("invalid row_sparse array: {e}")))
+        check_row_ids(&self.raw_row_ids()?, rows).map_err(|e| crate::Error::new(format!("invalid row_sparse array: {e}")))
     }
 
     /// The rows of a row_sparse array, checked (see [`NDArray::check_row_sparse`]): what an
     /// operator reads. The caller has ordered the read.
     pub(crate) fn rows_checked(&self) -> Result<super::Rows> {
         self.check_row_sparse_now()?;
-        Ok(self.rows_now())
+        self.rows_now()
     }
 }
 

@@ -26,12 +26,12 @@ impl NDArray {
     }
 
     /// The row ids of a row_sparse array as stored, unchecked.
-    pub(crate) fn raw_row_ids(&self) -> Vec<i64> {
+    pub(crate) fn raw_row_ids(&self) -> Result<Vec<i64>> {
         let payload = self.chunk.payload.read_recursive();
         match payload.aux.first() {
-            Some(aux) if aux.dtype == DType::Int64 => typed::<i64>(aux.data.bytes()).to_vec(),
+            Some(aux) if aux.dtype == DType::Int64 => crate::base::buffer::try_copy(typed::<i64>(aux.data.bytes())),
             Some(aux) => super::row_ids::ids_of(aux.dtype, aux.data.bytes(), aux.shape.first().copied().unwrap_or(0)),
-            None => Vec::new(),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -40,14 +40,14 @@ impl NDArray {
     /// disagree, or ids unsorted, repeated or out of range) gets here only when another
     /// thread refills it while a call that checked it is in flight; it reads as no rows
     /// rather than make a kernel index out of bounds or two reads of one row disagree.
-    pub(crate) fn rows_now(&self) -> Rows {
-        let ids = self.raw_row_ids();
+    pub(crate) fn rows_now(&self) -> Result<Rows> {
+        let ids = self.raw_row_ids()?;
         let rows = self.shape().first().copied().unwrap_or(0);
         if self.check_row_sparse_parts().is_err() || super::row_ids::check_row_ids(&ids, rows).is_err() {
-            return Rows { ids: Vec::new(), data: Vec::new() };
+            return Ok(Rows { ids: Vec::new(), data: Vec::new() });
         }
-        let data = self.chunk.payload.read_recursive().data.bytes().to_vec();
-        Rows { ids, data }
+        let data = crate::base::buffer::try_copy(self.chunk.payload.read_recursive().data.bytes())?;
+        Ok(Rows { ids, data })
     }
 
     /// Replaces the rows of a row_sparse array (`data` holds `ids.len()` rows).

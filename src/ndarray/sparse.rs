@@ -136,7 +136,7 @@ impl NDArray {
             src.read_bytes(|s| cast(src.dtype(), s, dtype, data.bytes_mut()));
             if self.stype() == StorageType::RowSparse {
                 // Row ids enter here: refused unless sorted, unique and in range.
-                let ids = super::row_ids::ids_of(dtype, data.bytes(), src.size());
+                let ids = super::row_ids::ids_of(dtype, data.bytes(), src.size())?;
                 super::row_ids::check_row_ids(&ids, self.shape().first().copied().unwrap_or(0))?;
             }
             payload.aux[i] = AuxData { dtype, shape: src.shape().to_vec(), data };

@@ -103,7 +103,7 @@ mod tests {
         let a = f32_array(&[0., 0., 1., 2., 0., 0.], &[3, 2]);
         let rsp = invoke(lookup("cast_storage").unwrap(), &[a], &["stype"], &["row_sparse"], None).unwrap();
         assert_eq!(rsp[0].stype(), StorageType::RowSparse);
-        assert_eq!(rsp[0].rows_now().ids, vec![1]);
+        assert_eq!(rsp[0].rows_now().unwrap().ids, vec![1]);
         let back = invoke(lookup("cast_storage").unwrap(), &[rsp[0].clone()], &["stype"], &["default"], None).unwrap();
         assert_eq!(read(&back[0]), vec![0., 0., 1., 2., 0., 0.]);
         let cast = invoke(lookup("cast").unwrap(), &[back[0].clone()], &["dtype"], &["int64"], None).unwrap();

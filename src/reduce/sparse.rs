@@ -3,25 +3,26 @@
 //! rows, `row_bytes` each.
 
 use crate::base::element::Element;
-use crate::base::buffer::{typed, typed_mut, Buffer};
+use crate::base::buffer::{try_filled, try_with_capacity, typed, typed_mut, Buffer};
 use crate::base::DType;
 use crate::error::Result;
 
 /// Sorted unique ids of all inputs.
-pub fn union_rows(inputs: &[&[i64]]) -> Vec<i64> {
-    let mut rows: Vec<i64> = inputs.iter().flat_map(|r| r.iter().copied()).collect();
+pub fn union_rows(inputs: &[&[i64]]) -> Result<Vec<i64>> {
+    let mut rows = try_with_capacity(inputs.iter().map(|r| r.len()).sum())?;
+    rows.extend(inputs.iter().flat_map(|r| r.iter().copied()));
     rows.sort_unstable();
     rows.dedup();
-    rows
+    Ok(rows)
 }
 
 /// Σ of row_sparse values in `dtype`: the rows are the union of the inputs' rows; each row
 /// is summed in input order.
 pub fn sum_rows(dtype: DType, row_bytes: usize, inputs: &[(&[i64], &[u8])]) -> Result<(Vec<i64>, Buffer)> {
     let ids: Vec<&[i64]> = inputs.iter().map(|(r, _)| *r).collect();
-    let rows = union_rows(&ids);
+    let rows = union_rows(&ids)?;
     let mut out = Buffer::zeroed(rows.len() * row_bytes)?;
-    let mut seen = vec![false; rows.len()];
+    let mut seen = try_filled(rows.len(), false)?;
     for (ids, data) in inputs {
         for (k, id) in ids.iter().enumerate() {
             let Ok(at) = rows.binary_search(id) else { continue };
@@ -60,15 +61,21 @@ pub fn densify(row_bytes: usize, ids: &[i64], data: &[u8], dst: &mut [u8]) {
 
 /// The rows of a dense buffer holding any non-zero byte pattern (MXNet's cast_storage keeps
 /// the rows with a non-zero element).
-pub fn sparsify(row_bytes: usize, src: &[u8]) -> (Vec<i64>, Vec<u8>) {
-    let (mut ids, mut data) = (Vec::new(), Vec::new());
+pub fn sparsify(row_bytes: usize, src: &[u8]) -> Result<(Vec<i64>, Buffer)> {
+    let non_zero = |row: &[u8]| row_bytes > 0 && row.iter().any(|&b| b != 0);
+    let n = src.chunks(row_bytes.max(1)).filter(|row| non_zero(row)).count();
+    let mut ids = try_with_capacity(n)?;
+    let mut data = Buffer::zeroed(n * row_bytes)?;
+    let mut rows_out = data.bytes_mut().chunks_mut(row_bytes.max(1));
     for (r, row) in src.chunks(row_bytes.max(1)).enumerate() {
-        if row_bytes > 0 && row.iter().any(|&b| b != 0) {
+        if non_zero(row) {
             ids.push(r as i64);
-            data.extend_from_slice(row);
+            if let Some(out) = rows_out.next() {
+                out.copy_from_slice(row);
+            }
         }
     }
-    (ids, data)
+    Ok((ids, data))
 }
 
 /// The rows `want` (sorted, unique) of a row_sparse value: stored rows are copied, absent
@@ -105,10 +112,10 @@ mod tests {
         let mut dense = vec![9u8; 5 * 8];
         densify(8, &[1, 3], &bytes(&[1., 2., 3., 4.]), &mut dense);
         assert_eq!(typed::<f32>(&dense), &[0., 0., 1., 2., 0., 0., 3., 4., 0., 0.]);
-        let (ids, data) = sparsify(8, &dense);
+        let (ids, data) = sparsify(8, &dense).unwrap();
         assert_eq!(ids, vec![1, 3]);
-        assert_eq!(data, bytes(&[1., 2., 3., 4.]));
-        let kept = retain(8, &ids, &data, &[1, 4]).unwrap();
+        assert_eq!(data.bytes(), bytes(&[1., 2., 3., 4.]));
+        let kept = retain(8, &ids, data.bytes(), &[1, 4]).unwrap();
         assert_eq!(typed::<f32>(kept.bytes()), &[1., 2., 0., 0.]);
     }
 }

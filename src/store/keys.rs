@@ -62,6 +62,13 @@ impl KeyType {
     }
 }
 
+/// A point in a registry's history (see [`KeyRegistry::mark`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RegistryMark {
+    key_type: Option<KeyType>,
+    names: usize,
+}
+
 /// The store's key family and its string ↔ id mapping.
 #[derive(Debug, Clone, Default)]
 pub struct KeyRegistry {
@@ -113,14 +120,41 @@ impl KeyRegistry {
         }
     }
 
+    /// Where the registry stands now, to return to with [`KeyRegistry::rollback`].
+    pub fn mark(&self) -> RegistryMark {
+        RegistryMark { key_type: self.key_type, names: self.names.len() }
+    }
+
+    /// Forgets every key registered since `mark` (a failing call's), in time proportional to
+    /// their number: a store initialised one key at a time must not copy its table per call.
+    pub fn rollback(&mut self, mark: RegistryMark) {
+        for name in self.names.drain(mark.names.min(self.names.len())..) {
+            self.ids.remove(&*name.to_string_lossy());
+        }
+        self.key_type = mark.key_type;
+    }
+
     /// Internal ids for keys being initialised, registering new strings; a string that is
-    /// already known fails (MXNet: duplicate init).
+    /// already known fails (MXNet: duplicate init). A failure registers nothing.
     pub fn register(&mut self, keys: &Keys) -> Result<Vec<i32>> {
+        let mark = self.mark();
+        let ids = self.register_all(keys);
+        if ids.is_err() {
+            self.rollback(mark);
+        }
+        ids
+    }
+
+    fn register_all(&mut self, keys: &Keys) -> Result<Vec<i32>> {
         self.check_type(keys)?;
         let ids = match keys {
             Keys::Int(k) => k.to_vec(),
             Keys::Str(k) => {
-                let mut ids = Vec::with_capacity(k.len());
+                let oom = |_| crate::Error::out_of_memory("the store's key names");
+                let mut ids = Vec::new();
+                ids.try_reserve_exact(k.len()).map_err(oom)?;
+                self.ids.try_reserve(k.len()).map_err(oom)?;
+                self.names.try_reserve(k.len()).map_err(oom)?;
                 for s in k.iter() {
                     crate::ensure!(!self.ids.contains_key(*s), "duplicate init of key {s}");
                     let id = i32::try_from(self.names.len()).map_err(|_| crate::Error::new("too many string keys"))?;

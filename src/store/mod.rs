@@ -8,6 +8,7 @@ pub mod env;
 mod entries;
 mod keys;
 mod plan;
+mod turns;
 mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
@@ -19,7 +20,7 @@ use crate::error::Result;
 use crate::ndarray::{Context, NDArray, StorageType};
 use entries::Entries;
 use crate::profiler::{self, Arg, Class};
-use parking_lot::{Mutex, ReentrantMutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use plan::PushPlan;
 use std::ffi::CString;
 
@@ -40,21 +41,6 @@ impl Entry {
         Entry { stored, merge: None, residuals: Vec::new() }
     }
 
-    /// The merge buffer, made on first use.
-    fn merge_buffer(&mut self) -> Result<NDArray> {
-        if self.merge.is_none() {
-            self.merge = Some(NDArray::zeros(self.stored.shape(), STORE_CONTEXT, self.stored.dtype())?);
-        }
-        self.merge.clone().ok_or_else(|| crate::Error::new("merge buffer missing"))
-    }
-
-    /// At least `n` residuals (new positions start at zero: MXNet would overrun its buffers).
-    fn residuals(&mut self, n: usize) -> Result<Vec<NDArray>> {
-        while self.residuals.len() < n {
-            self.residuals.push(NDArray::zeros(self.stored.shape(), STORE_CONTEXT, self.stored.dtype())?);
-        }
-        Ok(self.residuals[..n].to_vec())
-    }
 }
 
 #[derive(Default)]
@@ -71,9 +57,6 @@ pub struct KVStore {
     comm: Box<dyn Comm>,
     state: Mutex<State>,
     updaters: RwLock<Updaters>,
-    // Held across a whole push, updater calls included, so that concurrent pushes cannot
-    // overwrite a merge buffer an updater is reading. Re-entrant: an updater may push.
-    push_lock: ReentrantMutex<()>,
     /// A distributed store: every call goes to it.
     dist: Option<dist::DistStore>,
 }
@@ -89,7 +72,11 @@ impl KVStore {
     pub fn new(type_name: &str) -> Result<KVStore> {
         let lower = type_name.to_lowercase();
         let dist_mode = dist::dist_mode(&lower);
-        let comm = comm::for_name(&lower)?;
+        // A distributed store sends every call to `dist`; its comm only names its kind.
+        let comm = match dist_mode {
+            Some(_) => comm::for_name(if lower.contains("device") { "device" } else { "local" })?,
+            None => comm::for_name(&lower)?,
+        };
         let type_name = CString::new(lower).map_err(|_| crate::Error::new("store type contains a NUL byte"))?;
         let dist = dist_mode.map(dist::DistStore::new).transpose()?;
         Ok(KVStore {
@@ -98,7 +85,6 @@ impl KVStore {
             comm,
             state: Mutex::new(State::default()),
             updaters: RwLock::new(Updaters::default()),
-            push_lock: ReentrantMutex::new(()),
         })
     }
 
@@ -132,14 +118,29 @@ impl KVStore {
         }
         check_len(&keys, values.len())?;
         let mut state = self.state.lock();
-        let mut registry = state.keys.clone();
-        let ids = registry.register(&keys)?;
-        let plan = plan::plan_init(&state.entries, &ids, &Self::shown(&registry), values)?;
-        state.keys = registry;
+        let State { keys: registry, entries, .. } = &mut *state;
+        // New string keys are registered first (messages name them), and forgotten again if
+        // the call fails: a failing init changes nothing.
+        let mark = registry.mark();
+        let made = registry.register(&keys).and_then(|ids| {
+            let plan = plan::plan_init(entries, &ids, &Self::shown(registry), values)?;
+            // Every stored value is made before any is stored.
+            let stored = plan::new_stored_values(&plan, STORE_CONTEXT)?;
+            entries.try_reserve(plan.len()).map_err(|_| crate::Error::out_of_memory("the store's key table"))?;
+            Ok((plan, stored))
+        });
+        let (plan, mut stored) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                registry.rollback(mark);
+                return Err(e);
+            }
+        };
         for (id, value) in plan {
-            let stored = value.empty_like(STORE_CONTEXT)?;
-            crate::backend::for_context(STORE_CONTEXT).copy_any(&value, &stored, 0);
-            state.entries.insert(id, Entry::new(stored));
+            if let Some(dst) = stored.remove(&id) {
+                crate::backend::for_context(STORE_CONTEXT).copy_any(&value, &dst, 0);
+                entries.insert(id, Entry::new(dst));
+            }
         }
         Ok(())
     }
@@ -152,14 +153,14 @@ impl KVStore {
             return d.push(keys, values, priority);
         }
         check_len(&keys, values.len())?;
-        let _serial = self.push_lock.lock();
         let calls = {
             let mut state = self.state.lock();
             let ids = state.keys.lookup(&keys)?;
             let plan = plan::plan_push(&state.entries, &ids, &Self::shown(&state.keys), values)?;
             plan::check_compressible(self.active_compression(&state), &state.entries, &plan, &Self::shown(&state.keys))?;
+            let calls = self.schedule_push(&mut state, plan, priority)?;
             state.keys.fix_type(&keys);
-            self.schedule_push(&mut state, plan, priority)?
+            calls
         };
         self.call_updaters(calls);
         Ok(())
@@ -199,7 +200,6 @@ impl KVStore {
         }
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
-        let _serial = self.push_lock.lock();
         let (calls, copies) = {
             let mut state = self.state.lock();
             let vids = state.keys.lookup(&vkeys)?;
@@ -212,9 +212,10 @@ impl KVStore {
                 let lookup = |id: i32| entries.get(&id).map(|e| e.stored.clone());
                 (plan, plan::plan_pull(&lookup, &oids, &shown, outs, true)?)
             };
+            let calls = self.schedule_push(&mut state, plan, priority)?;
             state.keys.fix_type(&vkeys);
             state.keys.fix_type(&okeys);
-            (self.schedule_push(&mut state, plan, priority)?, copies)
+            (calls, copies)
         };
         self.call_updaters(calls);
         batch::copies(copies.outs, copies.copies, priority);
@@ -238,23 +239,31 @@ impl KVStore {
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let mut state = self.state.lock();
-        let mut registry = state.keys.clone();
-        let vids = registry.register(&vkeys)?;
-        let oids = registry.lookup(&okeys)?;
-        let shown = Self::shown(&registry);
-        let inits = plan::plan_init(&state.entries, &vids, &shown, values)?;
-        // Made before anything changes; stored with the value's storage type, as Init does.
-        let stored = plan::new_stored_values(&inits, STORE_CONTEXT)?;
-        let entries = &state.entries;
-        let lookup = |id: i32| stored.get(&id).cloned().or_else(|| entries.get(&id).map(|e| e.stored.clone()));
-        let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
-        drop(shown);
+        let State { keys: registry, entries, .. } = &mut *state;
+        let mark = registry.mark();
+        let made = registry.register(&vkeys).and_then(|vids| {
+            let oids = registry.lookup(&okeys)?;
+            let shown = Self::shown(registry);
+            let inits = plan::plan_init(entries, &vids, &shown, values)?;
+            // Made before anything changes; stored with the value's storage type, as Init does.
+            let stored = plan::new_stored_values(&inits, STORE_CONTEXT)?;
+            let lookup = |id: i32| stored.get(&id).cloned().or_else(|| entries.get(&id).map(|e| e.stored.clone()));
+            let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
+            entries.try_reserve(inits.len()).map_err(|_| crate::Error::out_of_memory("the store's key table"))?;
+            Ok((inits, stored, copies))
+        });
+        let (inits, stored, copies) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                registry.rollback(mark);
+                return Err(e);
+            }
+        };
         registry.fix_type(&okeys);
-        state.keys = registry;
         for (id, value) in &inits {
             if let Some(dst) = stored.get(id) {
                 crate::backend::for_context(dst.ctx()).copy_any(value, dst, priority);
-                state.entries.insert(*id, Entry::new(dst.clone()));
+                entries.insert(*id, Entry::new(dst.clone()));
             }
         }
         batch::copies(copies.outs, copies.copies, priority);
@@ -352,19 +361,24 @@ impl KVStore {
     }
 
     /// Schedules the sums of a checked push; returns the updater calls to make, if any.
+    /// Everything the push allocates (replaced stored values, merge buffers, residuals) is
+    /// made before any entry changes: a push that fails changes nothing.
     fn schedule_push(&self, state: &mut State, plan: PushPlan, priority: i32) -> Result<Vec<UpdaterCall>> {
         let updaters = self.updaters.read().clone();
         let string_keys = state.keys.key_type() == Some(KeyType::Str);
         let compression = self.active_compression(state);
         let with_updater = updaters.active(string_keys);
         let PushPlan { values, groups } = plan;
-        let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::new());
-        for g in groups {
-            let entry = state.entries.get_mut(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
+        let mut prepared = Vec::new();
+        prepared.try_reserve_exact(groups.len()).map_err(|_| crate::Error::out_of_memory("a push's plan"))?;
+        for g in &groups {
+            let entry = state.entries.get(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             let vals = &values[g.values.clone()];
             // Where the sum goes: the stored value, or (with an updater) the value handed to
             // it — MXNet hands over a single uncompressed value as it is.
             let sparse_sum = vals.iter().all(|v| v.stype() == StorageType::RowSparse);
+            let (shape, dtype) = (entry.stored.shape(), entry.stored.dtype());
+            let (mut replaced, mut takes_merge, mut is_merge) = (None, false, false);
             let dst = match (with_updater, vals.len(), compression) {
                 (false, _, _) => {
                     // As MXNet: a sum of another storage type than the stored value's replaces
@@ -372,32 +386,68 @@ impl KVStore {
                     // becomes row_sparse).
                     let want = if sparse_sum { StorageType::RowSparse } else { StorageType::Default };
                     if entry.stored.stype() != want {
-                        let (shape, dtype) = (entry.stored.shape().to_vec(), entry.stored.dtype());
-                        entry.stored = match want {
-                            StorageType::RowSparse => NDArray::empty_row_sparse(&shape, STORE_CONTEXT, dtype)?,
-                            _ => NDArray::zeros(&shape, STORE_CONTEXT, dtype)?,
+                        let new = match want {
+                            StorageType::RowSparse => NDArray::empty_row_sparse(shape, STORE_CONTEXT, dtype)?,
+                            _ => NDArray::zeros(shape, STORE_CONTEXT, dtype)?,
                         };
+                        replaced = Some(new.clone());
+                        new
+                    } else {
+                        entry.stored.clone()
                     }
-                    entry.stored.clone()
                 }
                 (true, 1, None) => vals[0].clone(),
-                (true, _, _) if sparse_sum => NDArray::empty_row_sparse(entry.stored.shape(), STORE_CONTEXT, entry.stored.dtype())?,
-                (true, _, _) => entry.merge_buffer()?,
+                (true, _, _) if sparse_sum => NDArray::empty_row_sparse(shape, STORE_CONTEXT, dtype)?,
+                (true, _, _) => {
+                    // The key's own buffer, taken out below until its updater call is done (a
+                    // concurrent push finding it taken sums into a new one, which becomes the
+                    // key's if it has none when the call is done).
+                    is_merge = true;
+                    match &entry.merge {
+                        Some(merge) => {
+                            takes_merge = true;
+                            merge.clone()
+                        }
+                        None => NDArray::zeros(shape, STORE_CONTEXT, dtype)?,
+                    }
+                }
             };
+            // New positions start at zero (MXNet would overrun its buffers).
+            let mut new_residuals = Vec::new();
+            if compression.is_some() {
+                for _ in entry.residuals.len()..vals.len() {
+                    new_residuals.push(NDArray::zeros(shape, STORE_CONTEXT, dtype)?);
+                }
+            }
+            prepared.push(Prepared { dst, replaced, takes_merge, is_merge, new_residuals });
+        }
+        let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::new());
+        for (g, p) in groups.into_iter().zip(prepared) {
+            let Some(entry) = state.entries.get_mut(&g.id) else { continue };
+            let Prepared { dst, replaced, takes_merge, is_merge, new_residuals } = p;
+            if let Some(new) = replaced {
+                entry.stored = new;
+            }
+            if takes_merge {
+                entry.merge = None;
+            }
+            let merge = is_merge.then(|| dst.clone());
+            entry.residuals.extend(new_residuals);
             // Only an updater needs the sum's destination after the job (refcounts are shared
             // with the workers: no clone without a use).
             let recv = with_updater.then(|| dst.clone());
+            let n = g.values.len();
             match compression {
                 Some(gc) => {
-                    let residuals = entry.residuals(vals.len())?;
-                    compressed.push(CompressedSumJob { values: vals.to_vec(), residuals, dst, compression: gc });
+                    let residuals = entry.residuals[..n].to_vec();
+                    compressed.push(CompressedSumJob { values: values[g.values.clone()].to_vec(), residuals, dst, compression: gc });
                 }
-                None if !(with_updater && vals.len() == 1) => sums.push(SumJob { values: g.values, dst }),
+                None if !(with_updater && n == 1) => sums.push(SumJob { values: g.values, dst }),
                 None => {}
             }
             if let Some(recv) = recv {
                 let key = updaters.key_for(g.id, state.keys.name(g.id).filter(|_| string_keys));
-                calls.push(UpdaterCall { key, recv, local: entry.stored.clone(), updaters: updaters.clone() });
+                calls.push(UpdaterCall { id: g.id, key, recv, local: entry.stored.clone(), updaters: updaters.clone(), merge });
             }
         }
         batch::sums(self.sum_order(), values, sums, priority);
@@ -406,27 +456,53 @@ impl KVStore {
     }
 
     /// Calls the updaters on the calling thread, with no store lock held: an updater may call
-    /// back into the library. Each waits until its inputs are ready, so it may read raw data.
-    /// When the sum failed, the updater is not called and the failure moves to the stored
-    /// value, where the next pull's wait reports it (MXNet's updater ops would read the failed
-    /// sum and pass its failure on to the stored value).
+    /// back into the library, this store or another. Calls for one key take turns (see
+    /// [`turns`]), so a C updater's read-modify-write loses nothing. Each waits until its
+    /// inputs are ready, so it may read raw data. When the sum failed, the updater is not
+    /// called and the failure moves to the stored value, where the next pull's wait reports it
+    /// (MXNet's updater ops would read the failed sum and pass its failure on to the stored
+    /// value). A merge buffer goes back to its key once its updater has returned.
     fn call_updaters(&self, calls: Vec<UpdaterCall>) {
         for c in calls {
             let _trace = profiler::span(Class::Call, "update", || vec![("bytes", Arg::Int(c.recv.data_byte_len() as i64))]);
+            let turn = turns::take((self as *const KVStore as usize, c.id));
             if let Err(failure) = c.recv.wait_to_read().and_then(|()| c.local.wait_to_write()) {
                 crate::engine::engine().push(&[], &[c.local.var()], 0, move |_| Err(failure));
-                continue;
+            } else {
+                c.updaters.call(&c.key, c.recv, c.local);
             }
-            c.updaters.call(&c.key, c.recv, c.local);
+            drop(turn);
+            if let Some(merge) = c.merge {
+                if let Some(entry) = self.state.lock().entries.get_mut(&c.id) {
+                    entry.merge.get_or_insert(merge);
+                }
+            }
         }
     }
 }
 
+/// What one key of a push needs, made before anything changes.
+struct Prepared {
+    /// Where its sum goes.
+    dst: NDArray,
+    /// Its new stored value, when the sum's storage type differs from the stored one's.
+    replaced: Option<NDArray>,
+    /// Whether `dst` is the key's merge buffer, taken out of the entry for the updater call.
+    takes_merge: bool,
+    /// Whether `dst` is a merge buffer (the key's or a new one), given back after the call.
+    is_merge: bool,
+    /// Residuals for value positions new to the key.
+    new_residuals: Vec<NDArray>,
+}
+
 struct UpdaterCall {
+    id: i32,
     key: UpdaterKey,
     recv: NDArray,
     local: NDArray,
     updaters: Updaters,
+    /// The key's merge buffer, to give back after the call.
+    merge: Option<NDArray>,
 }
 
 /// What a profiled call shows: its first key, how many arrays (key-value pairs) it passes,

@@ -186,7 +186,7 @@ fn row_sparse_pushes_take_the_union_of_rows_and_change_the_key_type() {
     rid.copy_from_host(bytemuck::cast_slice(&[4.0f64, 1.0, 4.0])).unwrap();
     kv.pull_row_sparse(Keys::Int(&[1]), &[out.clone()], &[rid.clone()], 0).unwrap();
     out.wait_to_read().unwrap();
-    let rows = out.rows_now();
+    let rows = out.rows_now().unwrap();
     assert_eq!(rows.ids, vec![1, 4]);
     assert_eq!(bytemuck::cast_slice::<u8, f32>(&rows.data), &[0., 0., 2., 2.]);
     // A dense push turns the key dense again; row_sparse_pull of a dense key is refused.

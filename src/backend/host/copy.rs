@@ -11,33 +11,32 @@ use crate::reduce::{copy_cast, sparse};
 /// for absent rows; a dense source fills a row_sparse destination with its non-zero rows.
 pub(crate) fn copy_any_now(src: &NDArray, dst: &NDArray, threads: usize) -> Result<()> {
     // The values in the destination's dtype, `rows` rows of them.
-    let in_dst_dtype = |bytes: Vec<u8>, rows: usize| -> Result<Buffer> {
+    let in_dst_dtype = |bytes: &[u8], rows: usize| -> Result<Buffer> {
         let mut out = Buffer::zeroed(rows * dst.row_bytes())?;
         if src.dtype() == dst.dtype() {
-            out.bytes_mut().copy_from_slice(&bytes);
+            out.bytes_mut().copy_from_slice(bytes);
         } else {
-            cast(src.dtype(), &bytes, dst.dtype(), out.bytes_mut());
+            cast(src.dtype(), bytes, dst.dtype(), out.bytes_mut());
         }
         Ok(out)
     };
     match (src.stype(), dst.stype()) {
         (StorageType::Default, StorageType::Default) => copy_dense_now(src, dst, threads),
         (StorageType::RowSparse, StorageType::Default) => {
-            let rows = src.rows_now();
-            let data = in_dst_dtype(rows.data, rows.ids.len())?;
+            let rows = src.rows_now()?;
+            let data = in_dst_dtype(&rows.data, rows.ids.len())?;
             dst.write_bytes(|d| sparse::densify(dst.row_bytes(), &rows.ids, data.bytes(), d));
             Ok(())
         }
         (StorageType::Default, StorageType::RowSparse) => {
-            let dense = in_dst_dtype(src.read_bytes(|b| b.to_vec()), src.shape().first().copied().unwrap_or(1))?;
-            let (ids, data) = sparse::sparsify(dst.row_bytes(), dense.bytes());
-            let mut buf = Buffer::zeroed(data.len())?;
-            buf.bytes_mut().copy_from_slice(&data);
-            dst.set_rows_now(&ids, buf)
+            let rows = src.shape().first().copied().unwrap_or(1);
+            let dense = src.read_bytes(|b| in_dst_dtype(b, rows))?;
+            let (ids, data) = sparse::sparsify(dst.row_bytes(), dense.bytes())?;
+            dst.set_rows_now(&ids, data)
         }
         (StorageType::RowSparse, StorageType::RowSparse) if !src.same_chunk(dst) => {
-            let rows = src.rows_now();
-            let data = in_dst_dtype(rows.data, rows.ids.len())?;
+            let rows = src.rows_now()?;
+            let data = in_dst_dtype(&rows.data, rows.ids.len())?;
             dst.set_rows_now(&rows.ids, data)
         }
         // csr is refused when the copy is checked; a row_sparse array onto itself is a no-op.

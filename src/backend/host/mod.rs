@@ -134,12 +134,34 @@ fn run_sum_batch(order: SumOrder, values: &[NDArray], batch: &[SumJob], env: &Op
     Ok(())
 }
 
-/// The sum of one key, under the chunks' locks (values never share memory with `dst`). A
-/// row_sparse `dst` (all values row_sparse) gets the union of the rows; a dense `dst` with
-/// row_sparse values among its sources sums their dense forms.
+/// `values`, each one sharing memory with `dst` replaced by a private copy, or `None` when
+/// none does. A user may push the stored value itself (an updater's kept `local`) or the
+/// merge buffer (a kept `recv`) back to its key: the sum then reads every source before it
+/// writes, and never takes a chunk's write lock under its own read lock (a self-deadlock).
+fn detached_from(values: &[NDArray], dst: &NDArray, threads: usize) -> Result<Option<Vec<NDArray>>> {
+    if !values.iter().any(|v| v.same_chunk(dst)) {
+        return Ok(None);
+    }
+    let detach = |v: &NDArray| -> Result<NDArray> {
+        if !v.same_chunk(dst) {
+            return Ok(v.clone());
+        }
+        let copy = v.empty_like(v.ctx())?;
+        copy_any_now(v, &copy, threads)?;
+        Ok(copy)
+    };
+    values.iter().map(detach).collect::<Result<Vec<_>>>().map(Some)
+}
+
+/// The sum of one key, under the chunks' locks (values sharing memory with `dst` are read
+/// first, see [`detached_from`]). A row_sparse `dst` (all values row_sparse) gets the union
+/// of the rows; a dense `dst` with row_sparse values among its sources sums their dense forms.
 fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray, threads: usize) -> Result<()> {
+    if let Some(values) = detached_from(values, dst, threads)? {
+        return run_sum(order, &values, dst, threads);
+    }
     if dst.stype() == StorageType::RowSparse {
-        let rows: Vec<_> = values.iter().map(|v| v.rows_now()).collect();
+        let rows = values.iter().map(|v| v.rows_now()).collect::<Result<Vec<_>>>()?;
         let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (&r.ids[..], &r.data[..])).collect();
         let (ids, data) = sparse::sum_rows(dst.dtype(), dst.row_bytes(), &inputs)?;
         return dst.set_rows_now(&ids, data);
@@ -151,7 +173,7 @@ fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray, threads: usize) -
             match v.stype() {
                 StorageType::Default => v.read_bytes(|s| b.bytes_mut().copy_from_slice(s)),
                 _ => {
-                    let rows = v.rows_now();
+                    let rows = v.rows_now()?;
                     sparse::densify(v.row_bytes(), &rows.ids, &rows.data, b.bytes_mut());
                 }
             }
@@ -173,7 +195,9 @@ fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray, threads: usize) -
 /// CommDevice does (`((d0 + d1) + d2) + ...`).
 fn run_compressed_sum(job: &CompressedSumJob) -> Result<()> {
     let gc = job.compression;
-    let views: Vec<_> = job.values.iter().map(|v| v.read_view()).collect();
+    let detached = detached_from(&job.values, &job.dst, 1)?;
+    let values = detached.as_deref().unwrap_or(&job.values);
+    let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
     let mut residuals: Vec<_> = job.residuals.iter().map(|r| r.write_view()).collect();
     let mut dst = job.dst.write_view();
     let out = typed_mut::<f32>(dst.bytes_mut());
@@ -248,10 +272,10 @@ fn run_copies(src: &NDArray, dsts: &[NDArray], threads: usize) -> Result<()> {
 fn run_row_sparse_pull(stored: &NDArray, out: &NDArray, rid: &NDArray) -> Result<()> {
     let mut want = Buffer::zeroed(rid.size() * DType::Int64.size())?;
     rid.read_bytes(|b| crate::base::cast(rid.dtype(), b, DType::Int64, want.bytes_mut()));
-    let mut want = typed::<i64>(want.bytes()).to_vec();
+    let mut want = crate::base::buffer::try_copy(typed::<i64>(want.bytes()))?;
     want.sort_unstable();
     want.dedup();
-    let rows = stored.rows_now();
+    let rows = stored.rows_now()?;
     let kept = sparse::retain(stored.row_bytes(), &rows.ids, &rows.data, &want)?;
     let data = if stored.dtype() == out.dtype() {
         kept

@@ -295,7 +295,7 @@ impl ServerCore {
                 continue;
             }
             crate::ensure!(e.requests.is_empty(), "Multiprecision mode can not be set while pushes are underway (key {key})");
-            let rows = engine().run_sync(&[e.stored.var()], &[], || e.stored.rows_now())?;
+            let rows = engine().run_sync(&[e.stored.var()], &[], || e.stored.rows_now())??;
             let master = NDArray::empty_row_sparse(e.stored.shape(), STORE_CONTEXT, DType::Float32)?;
             master.set_rows_now(&rows.ids, cast_buffer(e.dtype, &rows.data, DType::Float32)?)?;
             e.stored = master;
@@ -375,7 +375,7 @@ impl ServerCore {
             buf.bytes_mut().copy_from_slice(&mdata);
             engine().run_sync(&[], &[stored.var()], || stored.set_rows_now(&mids, buf))??;
         }
-        let rows = engine().run_sync(&[stored.var()], &[], || stored.rows_now())?;
+        let rows = engine().run_sync(&[stored.var()], &[], || stored.rows_now())??;
         let packed = cast_buffer(work, &rows.data, dtype)?;
         {
             let mut state = self.state.lock();

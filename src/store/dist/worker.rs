@@ -241,7 +241,7 @@ impl Worker {
                     let row_parts = shard::row_parts(*id, rows, v.row_len(), self.servers.len(), self.bound);
                     if self.rank == 0 {
                         // MXNet's servers abort on an init that gives them no rows.
-                        let have = engine().run_sync(&[v.var()], &[], || v.rows_now().ids)?;
+                        let have = engine().run_sync(&[v.var()], &[], || v.rows_now().map(|r| r.ids))??;
                         for p in &row_parts {
                             crate::ensure!(
                                 have.iter().any(|&r| r >= p.start as i64 && r < (p.start + p.rows) as i64),
@@ -476,19 +476,20 @@ impl Worker {
             let dtype = values[0].dtype();
             let row_bytes = values[0].row_bytes();
             let row_len = values[0].row_len();
-            let (ids, data) = if values.len() == 1 {
-                let r = values[0].rows_now();
-                (r.ids, r.data)
-            } else {
-                let rows: Vec<_> = values.iter().map(|v| v.rows_now()).collect();
-                let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (r.ids.as_slice(), r.data.as_slice())).collect();
-                match crate::reduce::sparse::sum_rows(dtype, row_bytes, &inputs) {
-                    Ok((ids, buf)) => (ids, buf.bytes().to_vec()),
-                    Err(e) => {
-                        eprintln!("libkvstore: row_sparse push of key {key} failed: {e}");
-                        return;
-                    }
+            let summed = || -> Result<(Vec<i64>, Vec<u8>)> {
+                if values.len() == 1 {
+                    let r = values[0].rows_now()?;
+                    return Ok((r.ids, r.data));
                 }
+                let rows = values.iter().map(|v| v.rows_now()).collect::<Result<Vec<_>>>()?;
+                let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (r.ids.as_slice(), r.data.as_slice())).collect();
+                let (ids, buf) = crate::reduce::sparse::sum_rows(dtype, row_bytes, &inputs)?;
+                Ok((ids, buf.bytes().to_vec()))
+            };
+            let (ids, data) = match summed() {
+                Ok(rows) => rows,
+                // The failure reaches the next wait on the key's buffer.
+                Err(e) => return done.finish(Err(e)),
             };
             let pending = Pending::new(parts.len(), Some(done), None);
             {
@@ -541,7 +542,7 @@ impl Worker {
                     shape_string(&meta.shape)
                 );
                 let rows = meta.shape[0];
-                let want = engine().run_sync(&[rid.var()], &[], || rid.read_bytes(|b| crate::ndarray::row_ids_of(rid.dtype(), b, rid.size())))?;
+                let want = engine().run_sync(&[rid.var()], &[], || rid.read_bytes(|b| crate::ndarray::row_ids_of(rid.dtype(), b, rid.size())))??;
                 if let Some(bad) = want.iter().find(|&&r| usize::try_from(r).map_or(true, |r| r >= rows)) {
                     crate::bail!("row id {bad} is out of range for key {shown}: the value has {rows} rows");
                 }
@@ -563,7 +564,10 @@ impl Worker {
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
         let (target, ids_in) = (comm.clone(), rid.clone());
         engine().push_async(&[rid.var()], &[comm.var()], priority, move |_env, done| {
-            let mut want = ids_in.read_bytes(|b| crate::ndarray::row_ids_of(ids_in.dtype(), b, ids_in.size()));
+            let mut want = match ids_in.read_bytes(|b| crate::ndarray::row_ids_of(ids_in.dtype(), b, ids_in.size())) {
+                Ok(ids) => ids,
+                Err(e) => return done.finish(Err(e)),
+            };
             want.sort_unstable();
             want.dedup();
             let row_bytes = target.row_bytes();
