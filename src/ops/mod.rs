@@ -31,6 +31,11 @@ pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given
     let name = op.info().name;
     let kernel = op.kernel().ok_or_else(|| crate::Error::new(format!("not supported by libkvstore: {name}")))?;
     let params = Params::new(op.info(), keys, vals)?;
+    if matches!(kernel, kernel::Kernel::SliceAssign | kernel::Kernel::SliceAssignScalar) {
+        if let Some(done) = slice_assign::try_in_place(kernel == kernel::Kernel::SliceAssignScalar, inputs, &params, given, name)? {
+            return Ok(done);
+        }
+    }
     let target = given.and_then(|g| g.iter().flatten().next()).map(|a| (a.shape().to_vec(), a.dtype()));
 
     let reads: Vec<&Var> = inputs.iter().map(NDArray::var).collect();
@@ -96,6 +101,33 @@ mod tests {
         assert!(invoke(lookup("_copyto").unwrap(), &[a.clone()], &[], &[], Some(&[Some(wrong)])).is_err());
         let err = invoke(lookup("sgd_update").unwrap(), &[], &[], &[], None).unwrap_err();
         assert_eq!(err.message(), "not supported by libkvstore: sgd_update");
+    }
+
+    #[test]
+    fn slice_assign_into_itself_writes_only_the_box() {
+        let a = f32_array(&[1., 2., 3., 4., 5., 6.], &[3, 2]);
+        let keys = ["begin", "end", "step"];
+        // a[1] = [7, 8] (out=a, what `a[i] = v` calls).
+        let v = f32_array(&[7., 8.], &[1, 2]);
+        let out = invoke(lookup("_slice_assign").unwrap(), &[a.clone(), v], &keys, &["(1,)", "(2,)", "(None,)"], Some(&[Some(a.clone())])).unwrap();
+        assert!(out[0].same_view(&a));
+        assert_eq!(read(&a), vec![1., 2., 7., 8., 5., 6.]);
+        // a[2] = a[0] (`a[i] += x` assigns a view of the array itself).
+        let row0 = a.at(0).unwrap().reshape(&[1, 2]).unwrap();
+        invoke(lookup("_slice_assign").unwrap(), &[a.clone(), row0], &keys, &["(2,)", "(3,)", "(None,)"], Some(&[Some(a.clone())])).unwrap();
+        assert_eq!(read(&a), vec![1., 2., 7., 8., 1., 2.]);
+        // a[::2, 1] = 9 through the scalar op.
+        invoke(lookup("_slice_assign_scalar").unwrap(), &[a.clone()], &["begin", "end", "step", "scalar"], &["(None, 1)", "(None, 2)", "(2, None)", "9"], Some(&[Some(a.clone())])).unwrap();
+        assert_eq!(read(&a), vec![1., 9., 7., 8., 1., 9.]);
+        // A value of the wrong shape is refused before anything is written.
+        let wrong = f32_array(&[0., 0., 0.], &[1, 3]);
+        let err = invoke(lookup("_slice_assign").unwrap(), &[a.clone(), wrong], &keys, &["(0,)", "(1,)", "(None,)"], Some(&[Some(a.clone())])).unwrap_err();
+        assert!(err.message().contains("the slice has shape (1,2)"), "{}", err.message());
+        assert_eq!(read(&a), vec![1., 9., 7., 8., 1., 9.]);
+        // Into another array: the input is left as it was.
+        let b = f32_array(&[0.; 6], &[3, 2]);
+        invoke(lookup("_slice_assign_scalar").unwrap(), &[a.clone()], &["begin", "end", "scalar"], &["(0,)", "(1,)", "5"], Some(&[Some(b.clone())])).unwrap();
+        assert_eq!((read(&a), read(&b)), (vec![1., 9., 7., 8., 1., 9.], vec![5., 5., 7., 8., 1., 9.]));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 use super::params::Params;
 use super::values::Dense;
 use crate::error::Result;
-use crate::ndarray::{shape_string, DType};
+use crate::engine::{engine, Var};
+use crate::ndarray::{shape_string, DType, NDArray, StorageType};
 
 /// One axis of the box: its first index, its step and how many indices it covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,12 +129,12 @@ fn for_each_in_box(shape: &[usize], axes: &[AxisRange], mut f: impl FnMut(usize,
     }
 }
 
-fn params_box(data: &Dense, params: &Params, op: &str) -> Result<(Vec<AxisRange>, bool)> {
+fn params_box(shape: &[usize], params: &Params, op: &str) -> Result<(Vec<AxisRange>, bool)> {
     let begin = optional_ints(params, op, "begin")?;
     let end = optional_ints(params, op, "end")?;
     let step = optional_ints(params, op, "step")?;
     crate::ensure!(params.raw("begin").is_some() && params.raw("end").is_some(), "operator {op}: parameters begin and end are required");
-    box_and_emptiness(&data.shape, &begin, &end, &step, op)
+    box_and_emptiness(shape, &begin, &end, &step, op)
 }
 
 fn copy(data: &Dense) -> Result<Dense> {
@@ -144,46 +145,83 @@ fn copy(data: &Dense) -> Result<Dense> {
 
 /// `_slice_assign(lhs, rhs)`: `lhs` with the box replaced by `rhs` (same dtype, the box's shape).
 pub fn slice_assign(data: &Dense, value: &Dense, params: &Params, op: &str) -> Result<Dense> {
-    crate::ensure!(
-        data.dtype == value.dtype,
-        "operator {op}: the value's dtype {} differs from the array's {}",
-        value.dtype.name(),
-        data.dtype.name()
-    );
     let mut out = copy(data)?;
-    let (axes, empty) = params_box(data, params, op)?;
-    let want: Vec<usize> = axes.iter().map(|a| a.count).collect();
-    // MXNet's shape inference wants the box's shape exactly, even for an empty box.
-    crate::ensure!(
-        value.shape == want,
-        "operator {op}: the value has shape {}, the slice has shape {}",
-        shape_string(&value.shape),
-        shape_string(&want)
-    );
-    if empty {
-        return Ok(out);
-    }
-    let size = data.dtype.size();
-    let src = value.data.bytes();
-    let dst = out.data.bytes_mut();
-    for_each_in_box(&data.shape, &axes, |at, k| dst[at * size..(at + 1) * size].copy_from_slice(&src[k * size..(k + 1) * size]));
+    assign_box(out.data.bytes_mut(), &data.shape, data.dtype, Some(value), params, op)?;
     Ok(out)
 }
 
 /// `_slice_assign_scalar(data)`: `data` with every element of the box set to `scalar`
 /// (C-cast to the dtype).
 pub fn slice_assign_scalar(data: &Dense, params: &Params, op: &str) -> Result<Dense> {
-    let scalar = params.f64("scalar")?.unwrap_or(0.0);
     let mut out = copy(data)?;
-    let (axes, empty) = params_box(data, params, op)?;
-    if empty {
-        return Ok(out);
-    }
-    let element = scalar_bytes(data.dtype, scalar)?;
-    let size = element.len();
-    let dst = out.data.bytes_mut();
-    for_each_in_box(&data.shape, &axes, |at, _| dst[at * size..(at + 1) * size].copy_from_slice(&element));
+    assign_box(out.data.bytes_mut(), &data.shape, data.dtype, None, params, op)?;
     Ok(out)
+}
+
+/// Writes the box of `dst` (an array of `shape` and `dtype`): from `value` (`_slice_assign`)
+/// or from the `scalar` parameter (`_slice_assign_scalar`). Touches nothing outside the box,
+/// so it serves both the copying ops above and the in-place call (`out` = the input).
+fn assign_box(dst: &mut [u8], shape: &[usize], dtype: DType, value: Option<&Dense>, params: &Params, op: &str) -> Result<()> {
+    if let Some(value) = value {
+        crate::ensure!(
+            dtype == value.dtype,
+            "operator {op}: the value's dtype {} differs from the array's {}",
+            value.dtype.name(),
+            dtype.name()
+        );
+    }
+    let scalar = match value {
+        Some(_) => None,
+        None => Some(params.f64("scalar")?.unwrap_or(0.0)),
+    };
+    let (axes, empty) = params_box(shape, params, op)?;
+    if let Some(value) = value {
+        let want: Vec<usize> = axes.iter().map(|a| a.count).collect();
+        // MXNet's shape inference wants the box's shape exactly, even for an empty box.
+        crate::ensure!(
+            value.shape == want,
+            "operator {op}: the value has shape {}, the slice has shape {}",
+            shape_string(&value.shape),
+            shape_string(&want)
+        );
+    }
+    if empty {
+        return Ok(());
+    }
+    let size = dtype.size();
+    match (value, scalar) {
+        (Some(value), _) => {
+            let src = value.data.bytes();
+            for_each_in_box(shape, &axes, |at, k| dst[at * size..(at + 1) * size].copy_from_slice(&src[k * size..(k + 1) * size]));
+        }
+        (None, scalar) => {
+            let element = scalar_bytes(dtype, scalar.unwrap_or(0.0))?;
+            for_each_in_box(shape, &axes, |at, _| dst[at * size..(at + 1) * size].copy_from_slice(&element));
+        }
+    }
+    Ok(())
+}
+
+/// `_slice_assign` / `_slice_assign_scalar` with `out` the input itself (what `a[i] = v`
+/// calls): writes the box into the array instead of copying the whole array through the
+/// generic op path, which costs several full passes over a big array per assignment. `None`
+/// when the call is not such a call (the generic path then runs it).
+pub fn try_in_place(scalar: bool, inputs: &[NDArray], params: &Params, given: Option<&[Option<NDArray>]>, op: &str) -> Result<Option<Vec<NDArray>>> {
+    let Some([Some(out)]) = given else { return Ok(None) };
+    let Some(data) = inputs.first() else { return Ok(None) };
+    let value = if scalar { None } else { inputs.get(1) };
+    let arity_ok = inputs.len() == if scalar { 1 } else { 2 };
+    if !arity_ok || !out.same_view(data) || data.stype() != StorageType::Default {
+        return Ok(None);
+    }
+    // `a[i] += x` assigns a view of `a` itself: the value is copied out (it is the box's
+    // size) before the array is written, and a read of the written var is not registered.
+    let reads: Vec<&Var> = value.filter(|v| !v.same_chunk(out)).map(NDArray::var).into_iter().collect();
+    engine().run_sync(&reads, &[out.var()], || -> Result<()> {
+        let value = value.map(Dense::read_now).transpose()?;
+        out.write_bytes(|dst| assign_box(dst, out.shape(), out.dtype(), value.as_ref(), params, op))
+    })??;
+    Ok(Some(vec![out.clone()]))
 }
 
 /// The bytes of `value` C-cast to `dtype`.
