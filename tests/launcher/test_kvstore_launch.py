@@ -99,6 +99,12 @@ class LocalLauncher(unittest.TestCase):
         opts, _ = contexts(build(["-n", "1", "./a.out"]))
         self.assertNotIn("--timeout", opts)
 
+    def test_output_dir_goes_to_mpirun_absolute(self):
+        opts, _ = contexts(build(["-n", "1", "--output-dir", "logs", "./a.out"]))
+        self.assertEqual(opts[opts.index("--output-filename") + 1], os.path.abspath("logs"))
+        opts, _ = contexts(build(["-n", "1", "./a.out"]))
+        self.assertNotIn("--output-filename", opts)
+
     def test_env_both_spellings_and_forwarding(self):
         _, ctx = contexts(build(["-n", "1", "-s", "1", "--env", "A:1", "--env", "B=x:y", "--env", "HOME", "./a.out"],
                                 environ={"HOME": "/root"}))
