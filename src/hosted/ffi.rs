@@ -322,7 +322,7 @@ extern "C" fn MXKVStoreSetUpdater(
     updater_handle: *mut c_void,
 ) -> c_int {
     call("MXKVStoreSetUpdater", |_| {
-        store(handle)?.set_updaters(updater, None, updater_handle);
+        store(handle)?.set_int_updater(updater, updater_handle);
         Ok(())
     })
 }
@@ -381,10 +381,32 @@ extern "C" fn MXKVStoreSetBarrierBeforeExit(
     })
 }
 
+/// Non-distributed stores have no servers: nothing to run (as MXNet's local stores).
+extern "C" fn MXKVStoreRunServer(
+    handle: KVStoreHandle,
+    _controller: *mut c_void,
+    _controller_handle: *mut c_void,
+) -> c_int {
+    call("MXKVStoreRunServer", |_| store(handle).map(|_| ()))
+}
+
+/// Non-distributed stores have no servers: no command to send (as MXNet's local stores).
+extern "C" fn MXKVStoreSendCommmandToServers(
+    handle: KVStoreHandle,
+    _cmd_id: c_int,
+    cmd_body: *const c_char,
+) -> c_int {
+    call("MXKVStoreSendCommmandToServers", |_| {
+        store(handle)?;
+        crate::ensure!(!cmd_body.is_null(), "cmd_body is NULL");
+        Ok(())
+    })
+}
+
 /// Calls the hosted store does not serve yet: a clear -1.
 extern "C" fn not_hosted_yet() -> c_int {
     call("MXKVStore", |_| {
-        crate::bail!("this KVStore call (row_sparse pulls, gradient compression, servers) is not supported by the hosted store yet")
+        crate::bail!("this KVStore call (row_sparse pulls, gradient compression) is not supported by the hosted store yet")
     })
 }
 
@@ -424,6 +446,8 @@ pub(super) fn target(name: &str) -> Option<*mut ()> {
         "MXKVStoreGetNumDeadNode" => MXKVStoreGetNumDeadNode as *mut (),
         "MXKVStoreBarrier" => MXKVStoreBarrier as *mut (),
         "MXKVStoreSetBarrierBeforeExit" => MXKVStoreSetBarrierBeforeExit as *mut (),
+        "MXKVStoreRunServer" => MXKVStoreRunServer as *mut (),
+        "MXKVStoreSendCommmandToServers" => MXKVStoreSendCommmandToServers as *mut (),
         "MXNotifyShutdown" => MXNotifyShutdown as *mut (),
         _ => not_hosted_yet as *mut (),
     };

@@ -15,7 +15,7 @@ use crate::{DType, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::{c_char, c_int, c_void};
 
 /// A key as the caller named it: MXNet keeps int and string keys apart.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -43,17 +43,68 @@ struct Entry {
     stages: Vec<HostArray>,
 }
 
-#[derive(Clone, Copy)]
+/// The frontend's updaters, each with its own user pointer (MXNet's `SetUpdater` replaces
+/// only the int one; `SetUpdaterEx` sets both).
+#[derive(Clone, Copy, Default)]
 struct Updaters {
-    int: MXKVStoreUpdater,
-    string: MXKVStoreStrUpdater,
-    user: usize,
+    int: Option<(IntUpdater, usize)>,
+    string: Option<(StrUpdater, usize)>,
+}
+
+type IntUpdater = unsafe extern "C" fn(c_int, NDArrayHandle, NDArrayHandle, *mut c_void);
+type StrUpdater = unsafe extern "C" fn(*const c_char, NDArrayHandle, NDArrayHandle, *mut c_void);
+
+/// The updater call one push makes, chosen as MXNet's local store does: only when an int
+/// updater is set; string keys go to the string updater when there is one, else to the int
+/// updater with their internal id.
+enum UpdaterCall {
+    Int(IntUpdater, usize, c_int),
+    Str(StrUpdater, usize, CString),
 }
 
 #[derive(Default)]
 struct State {
     entries: HashMap<Key, Entry>,
-    updaters: Option<Updaters>,
+    updaters: Updaters,
+    /// Whether the store's keys are strings (set by the first init; MXNet refuses mixing).
+    string_keys: Option<bool>,
+    /// String keys' internal ids, in init order (MXNet's `str_key_dict_`).
+    string_ids: HashMap<String, i32>,
+}
+
+impl State {
+    /// Refuses keys of the other type than the store's.
+    fn check_key_type(&self, keys: &[Key]) -> Result<()> {
+        let Some(first) = keys.first() else { return Ok(()) };
+        let passed = matches!(first, Key::Str(_));
+        if let Some(stored) = self.string_keys {
+            let name = |s: bool| if s { "string" } else { "int" };
+            crate::ensure!(
+                stored == passed,
+                "Mixed key types are not allowed: this store uses {} keys, the call passes {} keys",
+                name(stored),
+                name(passed)
+            );
+        }
+        Ok(())
+    }
+
+    /// The int a key is ordered and (for the int updater) named by.
+    fn id(&self, key: &Key) -> i32 {
+        match key {
+            Key::Int(k) => *k,
+            Key::Str(s) => self.string_ids.get(s).copied().unwrap_or(i32::MAX),
+        }
+    }
+
+    fn updater_call(&self, key: &Key) -> Option<UpdaterCall> {
+        let (int, user) = self.updaters.int?;
+        Some(match (key, self.updaters.string) {
+            // Keys were checked free of NUL bytes when they came in.
+            (Key::Str(name), Some((f, u))) => UpdaterCall::Str(f, u, CString::new(name.as_str()).unwrap_or_default()),
+            _ => UpdaterCall::Int(int, user, self.id(key)),
+        })
+    }
 }
 
 pub(super) struct HostedStore {
@@ -100,7 +151,7 @@ fn shape_text(shape: &[i64]) -> String {
     )
 }
 
-fn check_matches(key: &Key, entry: &Entry, value: &Described, what: &str) -> Result<()> {
+fn check_shape(key: &Key, entry: &Entry, value: &Described, what: &str) -> Result<()> {
     crate::ensure!(
         value.stype == DENSE,
         "key {key}: only dense (default storage) values are supported by the hosted store yet"
@@ -111,6 +162,11 @@ fn check_matches(key: &Key, entry: &Entry, value: &Described, what: &str) -> Res
         shape_text(&entry.shape),
         shape_text(&value.shape)
     );
+    Ok(())
+}
+
+fn check_matches(key: &Key, entry: &Entry, value: &Described, what: &str) -> Result<()> {
+    check_shape(key, entry, value, what)?;
     crate::ensure!(
         value.dtype == entry.dtype,
         "dtype mismatch for key {key}: the stored value is {}, the {what} {}",
@@ -120,8 +176,9 @@ fn check_matches(key: &Key, entry: &Entry, value: &Described, what: &str) -> Res
     Ok(())
 }
 
-/// Groups `values` by key, keys in order of first appearance.
-fn group(keys: Vec<Key>, values: &[NDArrayHandle]) -> Vec<(Key, Vec<NDArrayHandle>)> {
+/// Groups `values` by key, keys in the order of their ids (MXNet's local store sorts them;
+/// the updater calls follow that order), values in the order given.
+fn group(state: &State, keys: Vec<Key>, values: &[NDArrayHandle]) -> Vec<(Key, Vec<NDArrayHandle>)> {
     let mut groups: Vec<(Key, Vec<NDArrayHandle>)> = Vec::new();
     for (k, v) in keys.into_iter().zip(values) {
         match groups.iter_mut().find(|(g, _)| *g == k) {
@@ -129,6 +186,7 @@ fn group(keys: Vec<Key>, values: &[NDArrayHandle]) -> Vec<(Key, Vec<NDArrayHandl
             None => groups.push((k, vec![*v])),
         }
     }
+    groups.sort_by_key(|(k, _)| state.id(k));
     groups
 }
 
@@ -190,7 +248,8 @@ impl HostedStore {
             SumOrder::CpuComm
         };
         Ok(HostedStore {
-            type_name: CString::new(name).map_err(|_| crate::Error::new("store type with NUL"))?,
+            // MXNet reports the lower-cased name.
+            type_name: CString::new(lower).map_err(|_| crate::Error::new("store type with NUL"))?,
             order,
             state: Mutex::new(State::default()),
         })
@@ -198,6 +257,7 @@ impl HostedStore {
 
     pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
         let mut state = self.state.lock();
+        state.check_key_type(&keys)?;
         let mut planned = Vec::with_capacity(keys.len());
         for (k, v) in keys.into_iter().zip(values) {
             crate::ensure!(
@@ -209,8 +269,19 @@ impl HostedStore {
             crate::ensure!(d.stype == DENSE, "key {k}: only dense (default storage) values are supported by the hosted store yet");
             planned.push((k, *v, d));
         }
+        let mut made = Vec::with_capacity(planned.len());
         for (k, v, d) in planned {
             let stored = HostArray::new(host, d.dtype, &d.shape)?;
+            made.push((k, v, d, stored));
+        }
+        if let Some(first) = made.first() {
+            state.string_keys = Some(matches!(first.0, Key::Str(_)));
+        }
+        for (k, v, d, stored) in made {
+            if let Key::Str(name) = &k {
+                let id = state.string_ids.len() as i32;
+                state.string_ids.insert(name.clone(), id);
+            }
             host.copy(v, stored.handle)?;
             state.entries.insert(
                 k,
@@ -233,9 +304,10 @@ impl HostedStore {
         values: &[NDArrayHandle],
         priority: c_int,
     ) -> Result<()> {
-        let groups = group(keys, values);
-        {
+        let groups = {
             let state = self.state.lock();
+            state.check_key_type(&keys)?;
+            let groups = group(&state, keys, values);
             for (k, vs) in &groups {
                 let entry = state
                     .entries
@@ -245,27 +317,19 @@ impl HostedStore {
                     check_matches(k, entry, &describe(host, *v)?, "pushed value")?;
                 }
             }
-        }
+            groups
+        };
         for (k, vs) in groups {
             let update = self.push_one(host, &k, &vs, priority)?;
-            if let Some((updaters, recv, local)) = update {
+            if let Some((call, recv, local)) = update {
                 // The updater runs on the calling thread without the store's lock, as MXNet's
                 // local store calls it, right after the sum is queued.
                 // SAFETY: the callbacks the frontend installed with these signatures; it owns
                 // (and frees) the two new handles.
                 unsafe {
-                    match &k {
-                        Key::Int(i) => {
-                            if let Some(f) = updaters.int {
-                                f(*i, recv, local, updaters.user as *mut c_void)
-                            }
-                        }
-                        Key::Str(s) => {
-                            let name = CString::new(s.as_str()).unwrap_or_default();
-                            if let Some(f) = updaters.string {
-                                f(name.as_ptr(), recv, local, updaters.user as *mut c_void)
-                            }
-                        }
+                    match call {
+                        UpdaterCall::Int(f, user, id) => f(id, recv, local, user as *mut c_void),
+                        UpdaterCall::Str(f, user, name) => f(name.as_ptr(), recv, local, user as *mut c_void),
                     }
                 }
             }
@@ -280,12 +344,9 @@ impl HostedStore {
         key: &Key,
         values: &[NDArrayHandle],
         priority: c_int,
-    ) -> Result<Option<(Updaters, NDArrayHandle, NDArrayHandle)>> {
+    ) -> Result<Option<(UpdaterCall, NDArrayHandle, NDArrayHandle)>> {
         let mut state = self.state.lock();
-        let updaters = state.updaters.filter(|u| match key {
-            Key::Int(_) => u.int.is_some(),
-            Key::Str(_) => u.string.is_some(),
-        });
+        let updaters = state.updater_call(key);
         let entry = state
             .entries
             .get_mut(key)
@@ -356,6 +417,7 @@ impl HostedStore {
         ignore_sparse: bool,
     ) -> Result<()> {
         let state = self.state.lock();
+        state.check_key_type(&keys)?;
         let mut copies = Vec::with_capacity(outs.len());
         for (k, o) in keys.iter().zip(outs) {
             let entry = state
@@ -366,7 +428,8 @@ impl HostedStore {
             if d.stype != DENSE && ignore_sparse {
                 continue;
             }
-            check_matches(k, entry, &d, "pull output")?;
+            // Pulls cast, as MXNet's CopyFromTo does: only the shape must match.
+            check_shape(k, entry, &d, "pull output")?;
             copies.push((entry.stored.handle, *o));
         }
         for (src, dst) in copies {
@@ -375,18 +438,16 @@ impl HostedStore {
         Ok(())
     }
 
-    pub fn set_updaters(
-        &self,
-        int: MXKVStoreUpdater,
-        string: MXKVStoreStrUpdater,
-        user: *mut c_void,
-    ) {
-        let updaters = (int.is_some() || string.is_some()).then_some(Updaters {
-            int,
-            string,
-            user: user as usize,
-        });
-        self.state.lock().updaters = updaters;
+    /// `MXKVStoreSetUpdater`: replaces the int updater only.
+    pub fn set_int_updater(&self, int: MXKVStoreUpdater, user: *mut c_void) {
+        self.state.lock().updaters.int = int.map(|f| (f, user as usize));
+    }
+
+    /// `MXKVStoreSetUpdaterEx`: replaces both updaters.
+    pub fn set_updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) {
+        let mut state = self.state.lock();
+        state.updaters.int = int.map(|f| (f, user as usize));
+        state.updaters.string = string.map(|f| (f, user as usize));
     }
 
     /// Waits for every pending op on the store's arrays, then drops them.
