@@ -33,6 +33,13 @@ for model in mlp conv hybrid module; do
     done
   done
 done
+# A gluon DataLoader with 2 worker processes, forked after the store holds values.
+for args in "loader device 1 2 4" "loader local 0 3 4"; do
+  "$py" tests/hosted/train.py $args > "$out/pure.txt" 2>/dev/null
+  hosted "$py" tests/hosted/train.py $args > "$out/hosted.txt" 2>/dev/null
+  runs=$((runs + 1))
+  if cmp -s "$out/pure.txt" "$out/hosted.txt"; then echo "identical (forking DataLoader): $args"; else echo "DIFFERENT (forking DataLoader): $args"; diff "$out/pure.txt" "$out/hosted.txt" || true; fails=$((fails + 1)); fi
+done
 # NaiveEngine: every op synchronous on the calling thread.
 for args in "mlp device 1 3 3" "conv local 0 4 3"; do
   MXNET_ENGINE_TYPE=NaiveEngine "$py" tests/hosted/train.py $args > "$out/pure.txt" 2>/dev/null

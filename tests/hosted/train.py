@@ -3,9 +3,11 @@
 byte-identical. Prints every step's loss as float.hex, then a SHA-256 of all parameters.
 
 usage: train.py MODEL KVSTORE UPDATE_ON_KVSTORE NUM_CPUS STEPS
-MODEL: mlp | conv (oneDNN layouts) | hybrid | module (Module API, string keys)
+MODEL: mlp | conv (oneDNN layouts) | hybrid | module (Module API, string keys) |
+       loader (the mlp fed by a gluon DataLoader with 2 worker processes: MXNet forks)
 """
 import hashlib
+import multiprocessing
 import sys
 
 import mxnet as mx
@@ -68,9 +70,28 @@ if model == "hybrid":
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
                         kvstore=kvstore, update_on_kvstore=update_on_kv)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+
+def loaded_batches():
+    """Step 0 from arrays; then, with the store created and holding values, a DataLoader whose
+    2 worker processes MXNet forks (it stops and restarts its engine around the fork)."""
+    yield mx.nd.array(X[:batch]), mx.nd.array(Y[:batch])
+    dataset = gluon.data.ArrayDataset(mx.nd.array(X[batch:]), mx.nd.array(Y[batch:]))
+    loader = gluon.data.DataLoader(dataset, batch_size=batch, shuffle=False, num_workers=2)
+    # The batches must really come from forked workers, or the row proves nothing about fork.
+    assert loader._worker_pool is not None and multiprocessing.get_start_method() == "fork"
+    yield from loader
+
+
+if model == "loader":
+    batches = loaded_batches()
+else:
+    batches = ((mx.nd.array(X[s * batch:(s + 1) * batch]), mx.nd.array(Y[s * batch:(s + 1) * batch]))
+               for s in range(steps))
 for step in range(steps):
-    xs = gluon.utils.split_and_load(mx.nd.array(X[step * batch:(step + 1) * batch]), ctxs)
-    ys = gluon.utils.split_and_load(mx.nd.array(Y[step * batch:(step + 1) * batch]), ctxs)
+    x, y = next(batches)
+    xs = gluon.utils.split_and_load(x, ctxs)
+    ys = gluon.utils.split_and_load(y, ctxs)
     with autograd.record():
         losses = [loss_fn(net(x), y) for x, y in zip(xs, ys)]
     for l in losses:
