@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Python proof: the unchanged PyPI mxnet==1.9.1 package runs tests/python/ twice —
-# loaded on libkvstore.so through MXNET_LIBRARY_PATH, and on the wheel's own libmxnet.so —
-# so a test asserting something MXNet does not do fails on the reference run.
+# The Python proof: the unchanged PyPI mxnet==1.9.1 package runs tests/python/ three times —
+# loaded on libkvstore.so through MXNET_LIBRARY_PATH, on the wheel's own libmxnet.so (so a
+# test asserting something MXNet does not do fails on the reference run), and in hosted mode
+# (libkvstore.so's store, the wheel's libmxnet.so named by KVSTORE_HOST_LIBRARY for the rest).
 #
 #   scripts/python-frontend.sh [pytest args...]
 # Uses the reference venv of scripts/reference-mxnet.sh (installs pytest into it if missing).
@@ -19,5 +20,6 @@ run() {
   (cd tests/python && env "${@:2}" "$python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning "${args[@]}")
 }
 args=("$@")
-run "libkvstore.so ($ours)" MXNET_LIBRARY_PATH="$ours"
-run "the reference libmxnet.so ($reference)" -u MXNET_LIBRARY_PATH
+run "libkvstore.so ($ours)" -u KVSTORE_HOST_LIBRARY MXNET_LIBRARY_PATH="$ours"
+run "the reference libmxnet.so ($reference)" -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY
+run "libkvstore.so hosting $reference" MXNET_LIBRARY_PATH="$ours" KVSTORE_HOST_LIBRARY="$reference"
