@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Hosted mode against pure MXNet: seconds per training step of a small ResNet-style Gluon
+# model (benches/hosted_step.py), 2 and 4 CPU contexts, `device` and `local` stores. The two
+# take turns in fresh processes (the order alternates every round), so drift on a shared
+# machine lands on both; each figure is the median over all of that side's measured steps.
+# Two figures each: the whole step, and the store's part alone (Trainer.step and the wait for
+# it, after backward has finished).
+# usage: benches/hosted-step.sh [ROUNDS [STEPS]]   (defaults: 4 rounds of 8 steps, 3 warm-up)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-4}"; steps="${2:-8}"; warmup=3
+ref="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
+py="$(cd "$(dirname "$ref")/../../../.." && pwd)/bin/python"
+cargo build --release --quiet
+lib="$PWD/target/release/libkvstore.so"
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+pure() { "$py" benches/hosted_step.py "$@"; }
+hosted() { MXNET_LIBRARY_PATH="$lib" KVSTORE_HOST_LIBRARY="$ref" "$py" benches/hosted_step.py "$@"; }
+median() { "$py" -c 'import statistics,sys; print(f"{statistics.median(float(l) for l in open(sys.argv[1])):.4f}")' "$1"; }
+echo "$(nproc) cores; $rounds rounds x $steps steps per side and configuration, after $warmup warm-up steps"
+printf '%-8s %5s %-6s %14s %14s %12s\n' store cpus part "pure s/step" "hosted s/step" "hosted/pure"
+for store in device local; do
+  for ncpu in 2 4; do
+   for what in step store; do
+    : > "$out/pure"; : > "$out/hosted"
+    for ((r = 0; r < rounds; r++)); do
+      if ((r % 2 == 0)); then
+        pure "$store" "$ncpu" "$warmup" "$steps" "$what" >> "$out/pure"
+        hosted "$store" "$ncpu" "$warmup" "$steps" "$what" >> "$out/hosted"
+      else
+        hosted "$store" "$ncpu" "$warmup" "$steps" "$what" >> "$out/hosted"
+        pure "$store" "$ncpu" "$warmup" "$steps" "$what" >> "$out/pure"
+      fi
+    done
+    p=$(median "$out/pure"); h=$(median "$out/hosted")
+    printf '%-8s %5s %-6s %14s %14s %12s\n' "$store" "$ncpu" "$what" "$p" "$h" "$("$py" -c "print(f'{$h / $p:.3f}')")"
+   done
+  done
+done
