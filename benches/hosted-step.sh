@@ -37,3 +37,6 @@ for store in device local; do
    done
   done
 done
+# The per-value cost the hosted store adds to MXNet's: one `_copyto` per staged or pulled value.
+cc -std=c11 -O2 -Wall -Wextra -Werror -I include benches/hosted_copy_cost.c "$ref" -Wl,-rpath,"$(dirname "$ref")" -o "$out/copy_cost"
+"$out/copy_cost"
