@@ -458,13 +458,20 @@ impl ServerCore {
             return Ok(());
         }
         // The round is complete (or async): update, then answer every push.
-        let (stored, stored_dtype, requests) = (e.stored.clone(), e.stored_dtype.clone(), std::mem::take(&mut e.requests));
+        let requests = std::mem::take(&mut e.requests);
+        if !updater {
+            // Without an updater the round's sum is the new value: it becomes the stored
+            // array, and the old one the next round's sum, which that round's first push
+            // overwrites whole. A pull still reading the old array holds its engine variable,
+            // which that write waits for.
+            let old = std::mem::replace(&mut e.stored, merged.clone());
+            e.merged = Some(old);
+        }
+        let (stored, stored_dtype) = (e.stored.clone(), e.stored_dtype.clone());
         drop(state);
         if updater {
             let (recv, st) = (merged.clone(), stored.clone());
             self.exec(|done| Job::Update { key, recv, stored: st, done });
-        } else {
-            read_now(&merged, |s| write_now(&stored, |d| d.copy_from_slice(s)))??;
         }
         if let Some(sd) = &stored_dtype {
             read_now(&stored, |s| write_now(sd, |d| copy_cast(DType::Float32, s, dtype, d, 1)))??;
