@@ -7,7 +7,8 @@
 //! with a tag, a receiver thread handing every message to a callback, an all-gather of one
 //! int, and abort. Every function returns 0 on success and a non-zero code otherwise.
 
-use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
+use mpi::point_to_point::{Destination, Source};
+use mpi::datatype::Equivalence;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Threading;
@@ -141,8 +142,54 @@ pub extern "C" fn kvmpi_send(dest: c_int, tag: c_int, data: *const u8, len: usiz
         // SAFETY: `data` points at `len` readable bytes for the duration of the call.
         unsafe { std::slice::from_raw_parts(data, len) }
     };
-    c.world.process_at_rank(dest).send_with_tag(bytes, tag);
+    mpi::request::scope(|scope| {
+        let mut request = c.world.process_at_rank(dest).immediate_send_with_tag(scope, bytes, tag);
+        let mut idle = Backoff::new();
+        loop {
+            match request.test() {
+                Ok(_) => break,
+                Err(pending) => request = pending,
+            }
+            idle.wait();
+        }
+    });
     0
+}
+
+/// How a thread waits for MPI without spinning: a few polls back to back, then sleeps that
+/// double up to a cap. Open MPI's blocking calls poll in a loop (yielding at most), which on
+/// a machine with fewer cores than ranks takes the core the peer needs to make progress.
+struct Backoff {
+    polls: u32,
+    sleep_us: u64,
+}
+
+impl Backoff {
+    /// Polls before the first sleep.
+    const SPINS: u32 = 16;
+    const FIRST_SLEEP_US: u64 = 5;
+    /// The longest sleep: the most a message waits for a thread that has gone idle.
+    const MAX_SLEEP_US: u64 = 200;
+
+    fn new() -> Backoff {
+        Backoff { polls: 0, sleep_us: Self::FIRST_SLEEP_US }
+    }
+
+    /// Called after a poll found nothing.
+    fn wait(&mut self) {
+        if self.polls < Self::SPINS {
+            self.polls += 1;
+            std::hint::spin_loop();
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(self.sleep_us));
+        self.sleep_us = (self.sleep_us * 2).min(Self::MAX_SLEEP_US);
+    }
+
+    /// Called when a poll found work.
+    fn reset(&mut self) {
+        *self = Backoff::new();
+    }
 }
 
 /// A pointer the receiver thread passes back to the callback untouched.
@@ -164,12 +211,25 @@ pub extern "C" fn kvmpi_start_receiver(callback: KvmpiReceive, ctx: *mut c_void)
     let me = c.world.rank();
     let spawned = std::thread::Builder::new().name("kvstore-mpi-recv".into()).spawn(move || {
         let ctx = ctx;
+        // One buffer for every message, grown to the largest: a fresh allocation per message
+        // would fault in new pages each time.
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut idle = Backoff::new();
         loop {
-            let (data, status) = c.world.any_process().matched_probe().matched_receive_vec::<u8>();
+            let Some((message, status)) = c.world.any_process().immediate_matched_probe() else {
+                idle.wait();
+                continue;
+            };
+            idle.reset();
+            let len = usize::try_from(status.count(u8::equivalent_datatype())).unwrap_or(0);
+            if buffer.len() < len {
+                buffer.resize(len, 0);
+            }
+            let status = message.matched_receive_into(&mut buffer[..len]);
             if status.tag() == STOP_TAG && status.source_rank() == me {
                 return;
             }
-            callback(ctx.0, status.source_rank(), status.tag(), data.as_ptr(), data.len());
+            callback(ctx.0, status.source_rank(), status.tag(), buffer.as_ptr(), len);
         }
     });
     match spawned {

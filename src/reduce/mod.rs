@@ -11,7 +11,7 @@ mod stream;
 mod sum;
 
 pub use parallel::ReduceConfig;
-pub use sum::{sum_into, SumOrder};
+pub use sum::{add_into, sum_into, SumOrder};
 
 use crate::base::{cast, DType};
 

@@ -24,6 +24,33 @@ pub fn sum_into(dtype: DType, order: SumOrder, dst: &mut [u8], srcs: &[&[u8]], t
     })
 }
 
+/// The bytes `add_into` sums per step: a multiple of every element size, small enough that
+/// the copy of `dst` it sums from stays in L1.
+const ADD_BLOCK_BYTES: usize = 16 << 10;
+
+/// `dst = dst + src` in `dtype`, both the same length in bytes: the same rounding as
+/// `sum_into(dtype, SumOrder::Serial, dst, &[dst_before, src])`, without a copy of `dst`.
+/// `src` may start at any address (a payload inside a received message): a block of it that
+/// is not aligned for `dtype` is summed from an aligned copy.
+pub fn add_into(dtype: DType, dst: &mut [u8], src: &[u8]) {
+    // u64 blocks: aligned for every element type.
+    let mut before = [0u64; ADD_BLOCK_BYTES / 8];
+    let mut aligned = [0u64; ADD_BLOCK_BYTES / 8];
+    let src_aligned = src.as_ptr() as usize % dtype.size() == 0;
+    for (out, add) in dst.chunks_mut(ADD_BLOCK_BYTES).zip(src.chunks(ADD_BLOCK_BYTES)) {
+        let before = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut before)[..out.len()];
+        before.copy_from_slice(out);
+        let add = if src_aligned {
+            add
+        } else {
+            let copy = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..add.len()];
+            copy.copy_from_slice(add);
+            &*copy
+        };
+        sum_into(dtype, SumOrder::Serial, out, &[before, add], 1);
+    }
+}
+
 /// Destinations from this size on are summed block by block into a cached buffer and
 /// streamed out: they do not fit in cache, so a plain store would first read every line.
 const STREAM_SUM_MIN_BYTES: usize = 1 << 20;
@@ -174,6 +201,31 @@ mod tests {
         let mut b = Buffer::zeroed(v.len() * 4).unwrap();
         typed_mut::<f32>(b.bytes_mut()).copy_from_slice(v);
         b
+    }
+
+    #[test]
+    fn add_into_matches_a_serial_sum_of_two_across_blocks() {
+        // Lengths that end mid-block, for a float, a half and a wrapping integer type.
+        for (dtype, n) in [(DType::Float32, 10_001), (DType::Float16, 9_000), (DType::Int8, 40_000)] {
+            let bytes = n * dtype.size();
+            let (mut a, mut b) = (Buffer::zeroed(bytes).unwrap(), Buffer::zeroed(bytes).unwrap());
+            for (i, (x, y)) in a.bytes_mut().iter_mut().zip(b.bytes_mut().iter_mut()).enumerate() {
+                // Exponent bytes kept small so half values stay finite.
+                (*x, *y) = ((i * 37 % 251) as u8 & 0x3f, (i * 91 % 241) as u8 & 0x3f);
+            }
+            let mut expected = Buffer::zeroed(bytes).unwrap();
+            sum_into(dtype, SumOrder::Serial, expected.bytes_mut(), &[a.bytes(), b.bytes()], 1);
+            assert_ne!(expected.bytes(), a.bytes());
+            // The source also from an odd address, as a payload inside a message.
+            let mut shifted = Buffer::zeroed(bytes + 1).unwrap();
+            shifted.bytes_mut()[1..].copy_from_slice(b.bytes());
+            let mut a2 = Buffer::zeroed(bytes).unwrap();
+            a2.bytes_mut().copy_from_slice(a.bytes());
+            add_into(dtype, a.bytes_mut(), b.bytes());
+            assert_eq!(a.bytes(), expected.bytes(), "{}", dtype.name());
+            add_into(dtype, a2.bytes_mut(), &shifted.bytes()[1..]);
+            assert_eq!(a2.bytes(), expected.bytes(), "{} from an unaligned source", dtype.name());
+        }
     }
 
     fn sum_f32(order: SumOrder, values: &[f32]) -> f32 {

@@ -14,10 +14,11 @@ use crate::compression::GradientCompression;
 use crate::engine::engine;
 use crate::error::Result;
 use crate::ndarray::{DType, NDArray};
-use crate::reduce::{copy_cast, sum_into, SumOrder};
+use crate::reduce::{add_into, copy_cast};
 use crate::store::{IntUpdater, STORE_CONTEXT};
 use crossbeam::channel::{unbounded, Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -396,22 +397,23 @@ impl ServerCore {
         let mut state = self.state.lock();
         let mp = state.multi_precision && dtype != DType::Float32;
         let work_dtype = if mp { DType::Float32 } else { dtype };
-        // The pushed values in the dtype the server works in.
-        let recv: Vec<u8> = if flags & wire::PUSH_COMPRESSED != 0 {
+        // The pushed values in the dtype the server works in: borrowed from the received
+        // message when no conversion is needed.
+        let recv: Cow<[u8]> = if flags & wire::PUSH_COMPRESSED != 0 {
             let gc = state.compression.ok_or_else(|| crate::Error::new("a compressed push reached a server without compression parameters"))?;
             crate::ensure!(dtype == DType::Float32, "compressed pushes must be float32");
             crate::ensure!(data.len() == gc.packed_bytes(len), "compressed push of {} bytes for {len} values", data.len());
             let mut out = vec![0f32; len];
             gc.dequantize(data, &mut out);
-            bytemuck::cast_slice(&out).to_vec()
+            Cow::Owned(bytemuck::cast_slice(&out).to_vec())
         } else {
             crate::ensure!(data.len() == len * dtype.size(), "push of {} bytes for {len} {} values", data.len(), dtype.name());
             if mp {
                 let mut out = vec![0u8; len * 4];
                 copy_cast(dtype, data, DType::Float32, &mut out, 1);
-                out
+                Cow::Owned(out)
             } else {
-                data.to_vec()
+                Cow::Borrowed(data)
             }
         };
         crate::ensure!(!state.rsp.contains_key(&key), "key {key} holds a row_sparse value on this server");
@@ -449,31 +451,44 @@ impl ServerCore {
         if e.requests.is_empty() || !sync {
             write_now(&merged, |d| d.copy_from_slice(&recv))?;
         } else {
-            write_now(&merged, |d| {
-                let prev = d.to_vec();
-                sum_into(work_dtype, SumOrder::Serial, d, &[&prev, &recv], 1);
-            })?;
+            write_now(&merged, |d| add_into(work_dtype, d, &recv))?;
         }
         e.requests.push((source, req, flags & wire::PUSH_PULL != 0));
         if sync && e.requests.len() < self.num_workers {
             return Ok(());
         }
         // The round is complete (or async): update, then answer every push.
-        let (stored, stored_dtype, requests) = (e.stored.clone(), e.stored_dtype.clone(), std::mem::take(&mut e.requests));
+        let requests = std::mem::take(&mut e.requests);
+        if !updater {
+            // Without an updater the round's sum is the new value: it becomes the stored
+            // array, and the old one the next round's sum, which that round's first push
+            // overwrites whole. A pull still reading the old array holds its engine variable,
+            // which that write waits for.
+            let old = std::mem::replace(&mut e.stored, merged.clone());
+            e.merged = Some(old);
+        }
+        let (stored, stored_dtype) = (e.stored.clone(), e.stored_dtype.clone());
         drop(state);
         if updater {
             let (recv, st) = (merged.clone(), stored.clone());
             self.exec(|done| Job::Update { key, recv, stored: st, done });
-        } else {
-            read_now(&merged, |s| write_now(&stored, |d| d.copy_from_slice(s)))??;
         }
         if let Some(sd) = &stored_dtype {
             read_now(&stored, |s| write_now(sd, |d| copy_cast(DType::Float32, s, dtype, d, 1)))??;
         }
         let answer = stored_dtype.unwrap_or(stored);
         read_now(&answer, |value| {
+            // One encoded reply carries the value to every push-pull of the round; only its
+            // request id changes between sends (each send returns once its buffer is free).
+            let mut with_value: Option<Vec<u8>> = None;
             for (dest, r, want) in requests {
-                self.reply(dest, r, Ok(if want { value } else { &[] }));
+                if !want {
+                    self.reply(dest, r, Ok(&[]));
+                    continue;
+                }
+                let msg = with_value.get_or_insert_with(|| wire::encode(&Msg::Reply { req: r, ok: true, data: value }));
+                wire::set_reply_req(msg, r);
+                self.node.send(dest, msg);
             }
         })
     }

@@ -419,15 +419,6 @@ impl Worker {
         engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
             let dtype = values[0].dtype();
             let esz = dtype.size();
-            let merged: Vec<u8> = if values.len() == 1 {
-                values[0].read_bytes(|b| b.to_vec())
-            } else {
-                let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
-                let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
-                let mut out = vec![0u8; srcs[0].len()];
-                sum_into(dtype, order, &mut out, &srcs, 1);
-                out
-            };
             let want_data = flags & wire::PUSH_PULL != 0;
             let pending = Pending::new(parts.len(), Some(done), want_data.then_some(target));
             {
@@ -436,28 +427,41 @@ impl Worker {
                     map.insert(next_req + i as u64, (Arc::clone(&pending), p.offset * esz));
                 }
             }
-            let mut residual = residual.lock();
-            if compression.is_some() && residual.len() != merged.len() / 4 {
-                *residual = vec![0.0; merged.len() / 4];
-            }
-            for (i, p) in parts.iter().enumerate() {
-                let bytes = &merged[p.offset * esz..(p.offset + p.len) * esz];
-                let msg = match compression {
-                    Some(gc) => {
-                        let grad: &[f32] = crate::base::buffer::typed(bytes);
-                        let mut packed = vec![0u8; gc.packed_bytes(p.len)];
-                        gc.quantize(grad, &mut residual[p.offset..p.offset + p.len], &mut packed);
-                        let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, packed.len());
-                        m.extend_from_slice(&packed);
-                        m
-                    }
-                    None => {
-                        let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, bytes.len());
-                        m.extend_from_slice(bytes);
-                        m
-                    }
-                };
-                node.send(servers[p.server], &msg);
+            let send_parts = |merged: &[u8]| {
+                let mut residual = residual.lock();
+                if compression.is_some() && residual.len() != merged.len() / 4 {
+                    *residual = vec![0.0; merged.len() / 4];
+                }
+                for (i, p) in parts.iter().enumerate() {
+                    let bytes = &merged[p.offset * esz..(p.offset + p.len) * esz];
+                    let msg = match compression {
+                        Some(gc) => {
+                            let grad: &[f32] = crate::base::buffer::typed(bytes);
+                            let mut packed = vec![0u8; gc.packed_bytes(p.len)];
+                            gc.quantize(grad, &mut residual[p.offset..p.offset + p.len], &mut packed);
+                            let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, packed.len());
+                            m.extend_from_slice(&packed);
+                            m
+                        }
+                        None => {
+                            let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, bytes.len());
+                            m.extend_from_slice(bytes);
+                            m
+                        }
+                    };
+                    node.send(servers[p.server], &msg);
+                }
+            };
+            // One value is sent straight from its buffer (the op holds it for reading);
+            // several are summed first.
+            if values.len() == 1 {
+                values[0].read_bytes(send_parts);
+            } else {
+                let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
+                let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
+                let mut out = vec![0u8; srcs[0].len()];
+                sum_into(dtype, order, &mut out, &srcs, 1);
+                send_parts(&out);
             }
         });
     }
