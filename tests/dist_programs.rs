@@ -67,7 +67,13 @@ fn compile(name: &str) -> PathBuf {
 /// One MPMD job: `servers` servers, `workers` workers, `schedulers` schedulers, each running
 /// `exe args`, with a wall-clock bound of `timeout` seconds.
 fn mpirun(exe: &Path, args: &[&str], servers: usize, workers: usize, schedulers: usize, timeout: u32) -> Output {
-    let common = [
+    mpirun_with_env(exe, args, servers, workers, schedulers, timeout, &[])
+}
+
+/// As `mpirun`, with `extra` NAME=VALUE settings in every process (the test binary's own
+/// environment is shared by tests running in parallel, so it is never changed).
+fn mpirun_with_env(exe: &Path, args: &[&str], servers: usize, workers: usize, schedulers: usize, timeout: u32, extra: &[&str]) -> Output {
+    let mut common = vec![
         "OMP_NUM_THREADS=1".to_string(),
         format!("DMLC_NUM_WORKER={workers}"),
         format!("DMLC_NUM_SERVER={servers}"),
@@ -76,6 +82,7 @@ fn mpirun(exe: &Path, args: &[&str], servers: usize, workers: usize, schedulers:
         "OMPI_MCA_mpi_yield_when_idle=1".to_string(),
         "KVSTORE_DIST_EXIT_TIMEOUT=60".to_string(),
     ];
+    common.extend(extra.iter().map(|s| s.to_string()));
     let mut cmd = Command::new("mpirun");
     cmd.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--timeout"]).arg(timeout.to_string());
     cmd.args(["--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]);
@@ -157,5 +164,23 @@ fn a_killed_worker_fails_the_job_fast() {
     let took = start.elapsed();
     assert!(!out.status.success(), "the job with a killed worker exited 0:\n{}", String::from_utf8_lossy(&out.stderr));
     // mpirun's own --timeout (60 s) is the outer bound; Open MPI aborts the job much sooner.
+    assert!(took < Duration::from_secs(50), "the job took {took:?} to fail");
+}
+
+/// An internal error (a panic) while a server handles a message ends the job at once with
+/// the reason, rather than leaving the worker waiting for a reply that never comes.
+#[test]
+fn a_server_panic_fails_the_job_fast_with_the_reason() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_store");
+    let start = Instant::now();
+    let out = mpirun_with_env(&exe, &["dist_sync"], 1, 2, 0, 60, &["KVSTORE_TEST_FAILPOINT=server-push-panic:4"]);
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job with a panicking server exited 0:\n{stderr}");
+    assert!(stderr.contains("internal error handling a message from rank"), "no reason on stderr:\n{stderr}");
+    assert!(stderr.contains("server's push of 4 elements panicked"), "no panic message on stderr:\n{stderr}");
     assert!(took < Duration::from_secs(50), "the job took {took:?} to fail");
 }

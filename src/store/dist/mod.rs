@@ -4,6 +4,7 @@
 //! sharding, messages, worker and server logic live here.
 
 pub mod command;
+mod failpoint;
 pub mod names;
 pub mod role;
 mod server;

@@ -194,6 +194,7 @@ impl ServerCore {
         };
         match msg {
             Msg::Push { req, key, dtype, flags, len, data } => {
+                super::failpoint::check_push(len as usize);
                 if let Err(e) = self.push(source, req, key, dtype, flags, len as usize, data) {
                     self.reply(source, req, Err(e.message().to_string()));
                 }

@@ -122,8 +122,17 @@ extern "C" fn on_message(_ctx: *mut c_void, source: c_int, _tag: c_int, data: *c
     };
     let handler = HANDLER.read().clone();
     if let Some(h) = handler {
-        // A panic must not unwind into the plugin's thread.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(source.max(0) as usize, bytes)));
+        // A panic must not unwind into the plugin's thread, and its sender must not wait
+        // forever for a reply that will never come: the job fails fast, as for a dead rank.
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(source.max(0) as usize, bytes))) {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            eprintln!("libkvstore: internal error handling a message from rank {source}: {what}; aborting the MPI job");
+            abort_if_running(1);
+        }
     }
 }
 
