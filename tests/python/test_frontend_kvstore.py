@@ -154,7 +154,6 @@ def test_broadcast_initialises_and_pulls():
     assert_all(again, 6)
 
 
-@pytest.mark.skipif(HOSTED, reason="row_sparse values are not served by the hosted store yet")
 def test_row_sparse_push_and_row_sparse_pull():
     kv = mx.kv.create("local")
     dense = np.zeros(SHAPE, np.float32)
