@@ -312,7 +312,8 @@ fn push_sparse(
 }
 
 /// The sorted, unique row ids of a dense id array of any shape and dtype, cast to int64 as
-/// MXNet's `Unique` does (a C cast: floats truncate). Reading them waits for their writers.
+/// MXNet's `Unique` does (a C cast: floats truncate). Reading them waits for their writers:
+/// MXNet reads them in an engine op instead, but no non-blocking C API gives them to us.
 fn unique_row_ids(host: &Host, ids: NDArrayHandle, d: &Described) -> Result<Vec<i64>> {
     let n = usize::try_from(d.shape.iter().product::<i64>()).unwrap_or(0);
     let raw = host.read(ids, n * d.dtype.size(), n)?;
@@ -614,10 +615,16 @@ impl HostedStore {
                 "PullRowSparse expects row_sparse src NDArray (key {k} holds a dense value)"
             );
             check_matches(k, entry, &out, "row_sparse_pull output")?;
-            planned.push((entry.stored.handle(), *o, *r, ids));
+            let unique = unique_row_ids(host, *r, &ids)?;
+            // As libkvstore's own store (MXNet does not check: an id past the end would make
+            // an output whose ids and shape disagree).
+            let rows = entry.shape.first().copied().unwrap_or(0);
+            if let Some(bad) = unique.iter().find(|&&id| id < 0 || id >= rows) {
+                crate::bail!("row id {bad} is out of range for key {k}: the stored value has {rows} rows");
+            }
+            planned.push((entry.stored.handle(), *o, unique));
         }
-        for (stored, out, r, d) in planned {
-            let unique = unique_row_ids(host, r, &d)?;
+        for (stored, out, unique) in planned {
             let ids = HostArray::new(host, DType::Int64, &[unique.len() as i64])?;
             // SAFETY: `ids` is new: no host op uses its memory yet, which holds `len` bytes,
             // exactly `unique.len()` int64s.
