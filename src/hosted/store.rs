@@ -85,16 +85,6 @@ struct Entry {
 }
 
 impl Entry {
-    /// The dense stored value, for the dense push path.
-    fn dense(&self, key: &Key) -> Result<&HostArray> {
-        match &self.stored {
-            Stored::Dense(a) => Ok(a),
-            Stored::Sparse(_) => crate::bail!(
-                "key {key}: pushing dense values to a row_sparse value is not supported by the hosted store yet"
-            ),
-        }
-    }
-
     fn free(self, host: &Host) {
         self.stored.free(host);
         for a in self.merged.into_iter().chain(self.stages) {
@@ -465,19 +455,10 @@ impl HostedStore {
                     .entries
                     .get(k)
                     .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
-                let mut stypes = Vec::with_capacity(vs.len());
                 for v in vs {
                     let d = describe(host, *v)?;
                     check_push_stype(&d)?;
                     check_matches(k, entry, &d, "pushed value")?;
-                    stypes.push(d.stype);
-                }
-                crate::ensure!(
-                    stypes.iter().all(|s| *s == stypes[0]),
-                    "key {k}: a push mixing dense and row_sparse values is not supported by the hosted store yet"
-                );
-                if stypes[0] == DENSE {
-                    entry.dense(k)?;
                 }
             }
             groups
@@ -514,14 +495,23 @@ impl HostedStore {
             .entries
             .get_mut(key)
             .ok_or_else(|| crate::Error::new(format!("key {key} has not been inited")))?;
-        // Validated by `push`: one storage type per key's values.
+        // As MXNet's CommCPU: the first value's storage type picks the sum (the copies of the
+        // others into its buffers cast their storage type).
         if describe(host, values[0])?.stype == ROW_SPARSE {
             return push_sparse(host, entry, updaters, values);
         }
-        let stored_handle = entry.dense(key)?.handle;
-        let (stored_ptr, stored_len) = {
-            let d = entry.dense(key)?;
-            (d.ptr, d.len)
+        if updaters.is_none() && entry.stored.stype() == ROW_SPARSE {
+            // MXNet: a sum of another storage type than the stored value's replaces it by a
+            // copy, so a row_sparse key pushed dense values without updater becomes dense.
+            let dense = HostArray::new(host, entry.dtype, &entry.shape)?;
+            std::mem::replace(&mut entry.stored, Stored::Dense(dense)).free(host);
+        }
+        let stored_handle = entry.stored.handle();
+        // With an updater the sum goes to the merge buffer, so a row_sparse stored value is
+        // only handed to the updater.
+        let (stored_ptr, stored_len) = match &entry.stored {
+            Stored::Dense(a) => (a.ptr, a.len),
+            Stored::Sparse(_) => (std::ptr::null_mut(), 0),
         };
         while entry.stages.len() < values.len() {
             entry
