@@ -120,6 +120,18 @@ impl HostArray {
         Ok(HostArray { handle, ptr, len })
     }
 
+    /// Drops this handle without waiting: for arrays whose pending host ops hold their own
+    /// references (operators called through `MXImperativeInvoke`).
+    pub fn forget(self, host: &Host) {
+        if super::shut_down() {
+            return;
+        }
+        // SAFETY: a live handle this store owns; nothing of the store uses it afterwards.
+        unsafe {
+            (host.api.free)(self.handle);
+        }
+    }
+
     /// Waits for the host's pending ops on it, then drops this handle.
     pub fn free(self, host: &Host) {
         if super::shut_down() {

@@ -403,10 +403,45 @@ extern "C" fn MXKVStoreSendCommmandToServers(
     })
 }
 
+extern "C" fn MXKVStorePullRowSparse(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    _priority: c_int,
+) -> c_int {
+    call("MXKVStorePullRowSparse", |h| {
+        store(handle)?.pull_row_sparse(
+            h,
+            int_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            handles(row_ids as *mut NDArrayHandle, num, "row_ids")?,
+        )
+    })
+}
+extern "C" fn MXKVStorePullRowSparseEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const *const c_char,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    _priority: c_int,
+) -> c_int {
+    call("MXKVStorePullRowSparseEx", |h| {
+        store(handle)?.pull_row_sparse(
+            h,
+            str_keys(keys, num)?,
+            handles(vals, num, "vals")?,
+            handles(row_ids as *mut NDArrayHandle, num, "row_ids")?,
+        )
+    })
+}
+
 /// Calls the hosted store does not serve yet: a clear -1.
 extern "C" fn not_hosted_yet() -> c_int {
     call("MXKVStore", |_| {
-        crate::bail!("this KVStore call (row_sparse pulls, gradient compression) is not supported by the hosted store yet")
+        crate::bail!("this KVStore call (gradient compression) is not supported by the hosted store yet")
     })
 }
 
@@ -434,6 +469,8 @@ pub(super) fn target(name: &str) -> Option<*mut ()> {
         "MXKVStorePullEx" => MXKVStorePullEx as *mut (),
         "MXKVStorePullWithSparse" => MXKVStorePullWithSparse as *mut (),
         "MXKVStorePullWithSparseEx" => MXKVStorePullWithSparseEx as *mut (),
+        "MXKVStorePullRowSparse" => MXKVStorePullRowSparse as *mut (),
+        "MXKVStorePullRowSparseEx" => MXKVStorePullRowSparseEx as *mut (),
         "MXKVStorePushPull" => MXKVStorePushPull as *mut (),
         "MXKVStorePushPullEx" => MXKVStorePushPullEx as *mut (),
         "MXKVStoreBroadcast" => MXKVStoreBroadcast as *mut (),

@@ -42,6 +42,21 @@ pub(crate) struct Api {
     pub get_storage_type: unsafe extern "C" fn(NDArrayHandle, *mut c_int) -> c_int,
     pub from_dlpack_ex: unsafe extern "C" fn(*mut c_void, bool, *mut NDArrayHandle) -> c_int,
     pub wait_to_write: unsafe extern "C" fn(NDArrayHandle) -> c_int,
+    pub create_sparse_ex: unsafe extern "C" fn(
+        c_int,
+        *const u32,
+        u32,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        u32,
+        *mut c_int,
+        *mut u32,
+        *const u32,
+        *mut NDArrayHandle,
+    ) -> c_int,
+    pub sync_copy_to_cpu: unsafe extern "C" fn(NDArrayHandle, *mut c_void, usize) -> c_int,
     pub wait_all: unsafe extern "C" fn() -> c_int,
     pub notify_shutdown: unsafe extern "C" fn() -> c_int,
 }
@@ -53,6 +68,10 @@ pub(crate) struct Host {
     /// The host's `_copyto` operator: every read and write of a host array goes through it,
     /// since only the host understands its layouts (oneDNN).
     pub copyto: usize,
+    /// `add_n`: MXNet's CommCPU sums row_sparse values with the same `ElementwiseSum`.
+    pub add_n: usize,
+    /// `_sparse_retain`: the rows of a row_sparse array named by an int64 id list.
+    pub sparse_retain: usize,
 }
 
 impl Host {
@@ -99,22 +118,30 @@ impl Host {
                 get_storage_type: symbol(&library, path, "MXNDArrayGetStorageType")?,
                 from_dlpack_ex: symbol(&library, path, "MXNDArrayFromDLPackEx")?,
                 wait_to_write: symbol(&library, path, "MXNDArrayWaitToWrite")?,
+                create_sparse_ex: symbol(&library, path, "MXNDArrayCreateSparseEx")?,
+                sync_copy_to_cpu: symbol(&library, path, "MXNDArraySyncCopyToCPU")?,
                 wait_all: symbol(&library, path, "MXNDArrayWaitAll")?,
                 notify_shutdown: symbol(&library, path, "MXNotifyShutdown")?,
             }
         };
-        let mut op = std::ptr::null_mut();
-        // SAFETY: a NUL-terminated name and a live out-pointer.
-        let rc = unsafe { (api.get_op_handle)(c"_copyto".as_ptr(), &mut op) };
-        crate::ensure!(
-            rc == 0 && !op.is_null(),
-            "{}={path}: the host has no _copyto operator",
-            super::HOST_LIBRARY_VAR
-        );
+        let op = |name: &CStr| -> Result<usize> {
+            let mut op = std::ptr::null_mut();
+            // SAFETY: a NUL-terminated name and a live out-pointer.
+            let rc = unsafe { (api.get_op_handle)(name.as_ptr(), &mut op) };
+            crate::ensure!(
+                rc == 0 && !op.is_null(),
+                "{}={path}: the host has no {} operator",
+                super::HOST_LIBRARY_VAR,
+                name.to_string_lossy()
+            );
+            Ok(op as usize)
+        };
         Ok(Host {
+            copyto: op(c"_copyto")?,
+            add_n: op(c"add_n")?,
+            sparse_retain: op(c"_sparse_retain")?,
             library,
             api,
-            copyto: op as usize,
         })
     }
 
@@ -152,25 +179,92 @@ impl Host {
 
     /// `_copyto(src -> dst)`: one host engine op reading `src`, writing `dst`.
     pub fn copy(&self, src: NDArrayHandle, dst: NDArrayHandle) -> Result<()> {
-        let mut inputs = [src];
+        self.invoke(self.copyto, "_copyto", &[src], dst, &[])
+    }
+
+    /// One host operator with the given inputs and string parameters, written into `dst`
+    /// (an array the caller holds): one host engine op reading the inputs, writing `dst`.
+    pub fn invoke(
+        &self,
+        op: usize,
+        name: &str,
+        inputs: &[NDArrayHandle],
+        dst: NDArrayHandle,
+        params: &[(&CStr, &CStr)],
+    ) -> Result<()> {
+        let mut inputs = inputs.to_vec();
         let mut outputs = [dst];
         let mut outputs_ptr = outputs.as_mut_ptr();
         let mut num_outputs: c_int = 1;
-        // SAFETY: MXImperativeInvoke with one input, one caller-provided output and no
-        // parameters; every pointer is a live local for the call.
+        let keys: Vec<*const c_char> = params.iter().map(|(k, _)| k.as_ptr()).collect();
+        let values: Vec<*const c_char> = params.iter().map(|(_, v)| v.as_ptr()).collect();
+        // SAFETY: MXImperativeInvoke with live input handles, one caller-provided output and
+        // NUL-terminated parameters; every pointer is a live local for the call.
         let rc = unsafe {
             (self.api.imperative_invoke)(
-                self.copyto as *mut c_void,
-                1,
+                op as *mut c_void,
+                inputs.len() as c_int,
                 inputs.as_mut_ptr(),
                 &mut num_outputs,
                 &mut outputs_ptr,
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
+                params.len() as c_int,
+                keys.as_ptr(),
+                values.as_ptr(),
             )
         };
-        self.check(rc, "_copyto")
+        self.check(rc, name)
+    }
+
+    /// A new, empty (delay-allocated) row_sparse host array on cpu_pinned(0), where MXNet's
+    /// local store keeps its values, with int64 row indices.
+    pub fn new_row_sparse(&self, dtype: c_int, shape: &[i64]) -> Result<NDArrayHandle> {
+        let dims: Vec<u32> = shape
+            .iter()
+            .map(|&d| u32::try_from(d).map_err(|_| crate::Error::new(format!("dimension {d} is too large"))))
+            .collect::<Result<_>>()?;
+        let (mut aux_type, mut aux_ndim, aux_shape) = (6 as c_int, 1u32, [0u32]);
+        let mut out = std::ptr::null_mut();
+        // SAFETY: MXNDArrayCreateSparseEx(row_sparse, shape, cpu_pinned(0), delay_alloc, dtype,
+        // one int64 aux of shape (0,)); every pointer is a live local for the call.
+        let rc = unsafe {
+            (self.api.create_sparse_ex)(
+                1,
+                dims.as_ptr(),
+                dims.len() as u32,
+                3,
+                0,
+                1,
+                dtype,
+                1,
+                &mut aux_type,
+                &mut aux_ndim,
+                aux_shape.as_ptr(),
+                &mut out,
+            )
+        };
+        self.check(rc, "MXNDArrayCreateSparseEx")?;
+        Ok(out)
+    }
+
+    /// The dense array's elements, raw, after its pending writes (blocks the caller).
+    pub fn read(&self, array: NDArrayHandle, bytes: usize, elements: usize) -> Result<Vec<u8>> {
+        let mut data = vec![0u8; bytes];
+        // SAFETY: `bytes` is `elements` of the array's own dtype, the size the host writes.
+        let rc = unsafe { (self.api.sync_copy_to_cpu)(array, data.as_mut_ptr() as *mut c_void, elements) };
+        self.check(rc, "MXNDArraySyncCopyToCPU")?;
+        Ok(data)
+    }
+
+    /// Waits for the host's pending ops on `array`, then frees this handle.
+    pub fn release(&self, array: NDArrayHandle) {
+        if super::shut_down() {
+            return;
+        }
+        // SAFETY: a live handle the store owns; nothing uses it afterwards.
+        unsafe {
+            (self.api.wait_to_write)(array);
+            (self.api.free)(array);
+        }
     }
 
     /// A new host handle sharing `array`'s memory and engine variable; the receiver frees it.

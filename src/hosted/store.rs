@@ -33,14 +33,67 @@ impl std::fmt::Display for Key {
     }
 }
 
+/// A row_sparse host array the store holds (its layout is the host's: only host operators
+/// touch it).
+struct SparseArray(NDArrayHandle);
+
+// SAFETY: a host handle; the host's engine orders its users and the store serialises its own.
+unsafe impl Send for SparseArray {}
+
+/// A key's value: dense in store-owned memory, or row_sparse in a host array (MXNet keeps a
+/// key's storage type from its init, and a push without updater can change it).
+enum Stored {
+    Dense(HostArray),
+    Sparse(SparseArray),
+}
+
+impl Stored {
+    fn handle(&self) -> NDArrayHandle {
+        match self {
+            Stored::Dense(a) => a.handle,
+            Stored::Sparse(a) => a.0,
+        }
+    }
+
+    fn stype(&self) -> c_int {
+        match self {
+            Stored::Dense(_) => DENSE,
+            Stored::Sparse(_) => ROW_SPARSE,
+        }
+    }
+
+    fn free(self, host: &Host) {
+        match self {
+            Stored::Dense(a) => a.free(host),
+            Stored::Sparse(a) => host.release(a.0),
+        }
+    }
+}
+
 struct Entry {
     dtype: DType,
     shape: Vec<i64>,
-    stored: HostArray,
+    stored: Stored,
     /// The sum handed to the updater (created on the first push with an updater).
     merged: Option<HostArray>,
     /// Store-owned copies of the pushed values, one per source position.
     stages: Vec<HostArray>,
+    /// The sum of row_sparse pushes (MXNet's sparse merge buffer), created on the first.
+    sparse_merged: Option<SparseArray>,
+    /// Row_sparse copies of the pushed row_sparse values, one per source position.
+    sparse_copies: Vec<SparseArray>,
+}
+
+impl Entry {
+    fn free(self, host: &Host) {
+        self.stored.free(host);
+        for a in self.merged.into_iter().chain(self.stages) {
+            a.free(host);
+        }
+        for a in self.sparse_merged.into_iter().chain(self.sparse_copies) {
+            host.release(a.0);
+        }
+    }
 }
 
 /// The frontend's updaters, each with its own user pointer (MXNet's `SetUpdater` replaces
@@ -113,8 +166,9 @@ pub(super) struct HostedStore {
     state: Mutex<State>,
 }
 
-/// MXNet's storage-type code of dense arrays.
+/// MXNet's storage-type codes of dense and row_sparse arrays.
 const DENSE: c_int = 0;
+const ROW_SPARSE: c_int = 1;
 
 /// A test-only negative control (documented in the README): drops the last source of every
 /// sum of two or more, so comparisons against pure MXNet must fail.
@@ -153,14 +207,20 @@ fn shape_text(shape: &[i64]) -> String {
 
 fn check_shape(key: &Key, entry: &Entry, value: &Described, what: &str) -> Result<()> {
     crate::ensure!(
-        value.stype == DENSE,
-        "key {key}: only dense (default storage) values are supported by the hosted store yet"
-    );
-    crate::ensure!(
         value.shape == entry.shape,
         "shape mismatch for key {key}: the stored value has shape {}, the {what} {}",
         shape_text(&entry.shape),
         shape_text(&value.shape)
+    );
+    Ok(())
+}
+
+/// MXNet's local store takes dense and row_sparse values only.
+fn check_push_stype(value: &Described) -> Result<()> {
+    crate::ensure!(
+        value.stype == DENSE || value.stype == ROW_SPARSE,
+        "Unexpected storage type detected during kvstore push: {}",
+        value.stype
     );
     Ok(())
 }
@@ -188,6 +248,78 @@ fn group(state: &State, keys: Vec<Key>, values: &[NDArrayHandle]) -> Vec<(Key, V
     }
     groups.sort_by_key(|(k, _)| state.id(k));
     groups
+}
+
+/// One key's push of row_sparse values, all with host operators (no non-blocking C API
+/// reaches a row_sparse array's row indices), as MXNet's CommCPU does it: one value is copied
+/// into the sparse merge buffer; several are copied into row_sparse copy buffers and summed
+/// there with `add_n` (MXNet's `ElementwiseSum`; the rows of the sum are the sorted union).
+/// Then the updater gets the sum, or (no updater) the stored value becomes a copy of it,
+/// row_sparse even where it was dense. Returns the updater call to make, if any.
+fn push_sparse(
+    host: &Host,
+    entry: &mut Entry,
+    updaters: Option<UpdaterCall>,
+    values: &[NDArrayHandle],
+) -> Result<Option<(UpdaterCall, NDArrayHandle, NDArrayHandle)>> {
+    let new = || host.new_row_sparse(entry.dtype as c_int, &entry.shape).map(SparseArray);
+    if entry.sparse_merged.is_none() {
+        entry.sparse_merged = Some(new()?);
+    }
+    if values.len() > 1 {
+        while entry.sparse_copies.len() < values.len() {
+            let copy = new()?;
+            entry.sparse_copies.push(copy);
+        }
+    }
+    let merged = entry.sparse_merged.as_ref().map(|m| m.0).unwrap_or(std::ptr::null_mut());
+    if let [value] = values {
+        host.copy(*value, merged)?;
+    } else {
+        let used = if drop_source_for_test() { values.len() - 1 } else { values.len() };
+        let copies: Vec<NDArrayHandle> = entry.sparse_copies[..values.len()].iter().map(|c| c.0).collect();
+        for (v, c) in values.iter().zip(&copies) {
+            host.copy(*v, *c)?;
+        }
+        let n = CString::new(used.to_string()).unwrap_or_default();
+        host.invoke(host.add_n, "add_n", &copies[..used], merged, &[(c"num_args", n.as_c_str())])?;
+    }
+    match updaters {
+        Some(u) => {
+            let recv = host.shallow_copy(merged)?;
+            let local = host.shallow_copy(entry.stored.handle())?;
+            Ok(Some((u, recv, local)))
+        }
+        None => {
+            if entry.stored.stype() != ROW_SPARSE {
+                let stored = SparseArray(host.new_row_sparse(entry.dtype as c_int, &entry.shape)?);
+                std::mem::replace(&mut entry.stored, Stored::Sparse(stored)).free(host);
+            }
+            host.copy(merged, entry.stored.handle())?;
+            Ok(None)
+        }
+    }
+}
+
+/// The sorted, unique row ids of a dense id array of any shape and dtype, cast to int64 as
+/// MXNet's `Unique` does (a C cast: floats truncate). Reading them waits for their writers:
+/// MXNet reads them in an engine op instead, but no non-blocking C API gives them to us.
+fn unique_row_ids(host: &Host, ids: NDArrayHandle, d: &Described) -> Result<Vec<i64>> {
+    let n = usize::try_from(d.shape.iter().product::<i64>()).unwrap_or(0);
+    let raw = host.read(ids, n * d.dtype.size(), n)?;
+    let mut out: Vec<i64> = match d.dtype {
+        DType::Float32 => raw.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as i64).collect(),
+        DType::Float64 => raw.chunks_exact(8).map(|b| f64::from_ne_bytes(b.try_into().unwrap_or([0; 8])) as i64).collect(),
+        DType::Float16 => raw.chunks_exact(2).map(|b| half::f16::from_ne_bytes([b[0], b[1]]).to_f32() as i64).collect(),
+        DType::Uint8 => raw.iter().map(|&b| b as i64).collect(),
+        DType::Int8 => raw.iter().map(|&b| b as i8 as i64).collect(),
+        DType::Int32 => raw.chunks_exact(4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as i64).collect(),
+        DType::Int64 => raw.chunks_exact(8).map(|b| i64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))).collect(),
+        other => crate::bail!("row ids of dtype {} are not supported by the hosted store yet", other.name()),
+    };
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 /// The parameter of one sum op in the host's engine.
@@ -266,12 +398,20 @@ impl HostedStore {
                 "key {k} has already been inited"
             );
             let d = describe(host, *v)?;
-            crate::ensure!(d.stype == DENSE, "key {k}: only dense (default storage) values are supported by the hosted store yet");
+            crate::ensure!(
+                d.stype == DENSE || d.stype == ROW_SPARSE,
+                "key {k}: the hosted store keeps dense and row_sparse values, not storage type {}",
+                d.stype
+            );
             planned.push((k, *v, d));
         }
         let mut made = Vec::with_capacity(planned.len());
         for (k, v, d) in planned {
-            let stored = HostArray::new(host, d.dtype, &d.shape)?;
+            let stored = if d.stype == DENSE {
+                Stored::Dense(HostArray::new(host, d.dtype, &d.shape)?)
+            } else {
+                Stored::Sparse(SparseArray(host.new_row_sparse(d.dtype as c_int, &d.shape)?))
+            };
             made.push((k, v, d, stored));
         }
         if let Some(first) = made.first() {
@@ -282,7 +422,7 @@ impl HostedStore {
                 let id = state.string_ids.len() as i32;
                 state.string_ids.insert(name.clone(), id);
             }
-            host.copy(v, stored.handle)?;
+            host.copy(v, stored.handle())?;
             state.entries.insert(
                 k,
                 Entry {
@@ -291,6 +431,8 @@ impl HostedStore {
                     stored,
                     merged: None,
                     stages: Vec::new(),
+                    sparse_merged: None,
+                    sparse_copies: Vec::new(),
                 },
             );
         }
@@ -314,7 +456,9 @@ impl HostedStore {
                     .get(k)
                     .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
                 for v in vs {
-                    check_matches(k, entry, &describe(host, *v)?, "pushed value")?;
+                    let d = describe(host, *v)?;
+                    check_push_stype(&d)?;
+                    check_matches(k, entry, &d, "pushed value")?;
                 }
             }
             groups
@@ -351,6 +495,24 @@ impl HostedStore {
             .entries
             .get_mut(key)
             .ok_or_else(|| crate::Error::new(format!("key {key} has not been inited")))?;
+        // As MXNet's CommCPU: the first value's storage type picks the sum (the copies of the
+        // others into its buffers cast their storage type).
+        if describe(host, values[0])?.stype == ROW_SPARSE {
+            return push_sparse(host, entry, updaters, values);
+        }
+        if updaters.is_none() && entry.stored.stype() == ROW_SPARSE {
+            // MXNet: a sum of another storage type than the stored value's replaces it by a
+            // copy, so a row_sparse key pushed dense values without updater becomes dense.
+            let dense = HostArray::new(host, entry.dtype, &entry.shape)?;
+            std::mem::replace(&mut entry.stored, Stored::Dense(dense)).free(host);
+        }
+        let stored_handle = entry.stored.handle();
+        // With an updater the sum goes to the merge buffer, so a row_sparse stored value is
+        // only handed to the updater.
+        let (stored_ptr, stored_len) = match &entry.stored {
+            Stored::Dense(a) => (a.ptr, a.len),
+            Stored::Sparse(_) => (std::ptr::null_mut(), 0),
+        };
         while entry.stages.len() < values.len() {
             entry
                 .stages
@@ -362,9 +524,9 @@ impl HostedStore {
         if updaters.is_some() && entry.merged.is_none() {
             entry.merged = Some(HostArray::new(host, entry.dtype, &entry.shape)?);
         }
-        let dst = match (&updaters, &entry.merged) {
-            (Some(_), Some(m)) => m,
-            _ => &entry.stored,
+        let (dst_handle, dst_ptr, dst_len) = match (&updaters, &entry.merged) {
+            (Some(_), Some(m)) => (m.handle, m.ptr, m.len),
+            _ => (stored_handle, stored_ptr, stored_len),
         };
         let used = if drop_source_for_test() && values.len() > 1 {
             values.len() - 1
@@ -375,11 +537,11 @@ impl HostedStore {
         let job = Box::new(SumJob {
             dtype: entry.dtype,
             order: self.order,
-            dst: (dst.ptr, dst.len),
+            dst: (dst_ptr, dst_len),
             srcs: stages.iter().map(|s| (s.ptr as *const u8, s.len)).collect(),
         });
         let mut reads: Vec<NDArrayHandle> = stages.iter().map(|s| s.handle).collect();
-        let mut writes = [dst.handle];
+        let mut writes = [dst_handle];
         let param = Box::into_raw(job);
         // SAFETY: MXEnginePushSyncND with live handle arrays (read during the call), MXNet
         // 1.9's Context and FnProperty values, and a param the engine frees with free_sum.
@@ -402,11 +564,67 @@ impl HostedStore {
         match (updaters, &entry.merged) {
             (Some(u), Some(merged)) => {
                 let recv = host.shallow_copy(merged.handle)?;
-                let local = host.shallow_copy(entry.stored.handle)?;
+                let local = host.shallow_copy(stored_handle)?;
                 Ok(Some((u, recv, local)))
             }
             _ => Ok(None),
         }
+    }
+
+    /// `PullRowSparse`: each output becomes the stored rows named by its row ids (sorted,
+    /// unique, zeros for rows the store lacks), with the host's `_sparse_retain`.
+    pub fn pull_row_sparse(
+        &self,
+        host: &Host,
+        keys: Vec<Key>,
+        outs: &[NDArrayHandle],
+        row_ids: &[NDArrayHandle],
+    ) -> Result<()> {
+        let state = self.state.lock();
+        state.check_key_type(&keys)?;
+        let mut planned = Vec::with_capacity(outs.len());
+        for ((k, o), r) in keys.iter().zip(outs).zip(row_ids) {
+            let out = describe(host, *o)?;
+            let ids = describe(host, *r)?;
+            crate::ensure!(
+                out.stype == ROW_SPARSE,
+                "Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
+                out.stype
+            );
+            crate::ensure!(
+                ids.stype == DENSE,
+                "Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
+                ids.stype
+            );
+            let entry = state
+                .entries
+                .get(k)
+                .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
+            crate::ensure!(
+                entry.stored.stype() == ROW_SPARSE,
+                "PullRowSparse expects row_sparse src NDArray (key {k} holds a dense value)"
+            );
+            check_matches(k, entry, &out, "row_sparse_pull output")?;
+            let unique = unique_row_ids(host, *r, &ids)?;
+            // As libkvstore's own store (MXNet does not check: an id past the end would make
+            // an output whose ids and shape disagree).
+            let rows = entry.shape.first().copied().unwrap_or(0);
+            if let Some(bad) = unique.iter().find(|&&id| id < 0 || id >= rows) {
+                crate::bail!("row id {bad} is out of range for key {k}: the stored value has {rows} rows");
+            }
+            planned.push((entry.stored.handle(), *o, unique));
+        }
+        for (stored, out, unique) in planned {
+            let ids = HostArray::new(host, DType::Int64, &[unique.len() as i64])?;
+            // SAFETY: `ids` is new: no host op uses its memory yet, which holds `len` bytes,
+            // exactly `unique.len()` int64s.
+            unsafe { std::ptr::copy_nonoverlapping(unique.as_ptr() as *const u8, ids.ptr, ids.len.min(unique.len() * 8)) };
+            let done = host.invoke(host.sparse_retain, "_sparse_retain", &[stored, ids.handle], out, &[]);
+            // The retain op holds its own reference to the ids.
+            ids.forget(host);
+            done?;
+        }
+        Ok(())
     }
 
     pub fn pull(
@@ -428,9 +646,18 @@ impl HostedStore {
             if d.stype != DENSE && ignore_sparse {
                 continue;
             }
-            // Pulls cast, as MXNet's CopyFromTo does: only the shape must match.
-            check_shape(k, entry, &d, "pull output")?;
-            copies.push((entry.stored.handle, *o));
+            crate::ensure!(
+                d.stype == DENSE || d.stype == ROW_SPARSE,
+                "key {k}: pulling into storage type {} is not supported by the hosted store yet",
+                d.stype
+            );
+            if d.stype == DENSE && entry.stored.stype() == DENSE {
+                // Pulls cast, as MXNet's CopyFromTo does: only the shape must match.
+                check_shape(k, entry, &d, "pull output")?;
+            } else {
+                check_matches(k, entry, &d, "pull output")?;
+            }
+            copies.push((entry.stored.handle(), *o));
         }
         for (src, dst) in copies {
             host.copy(src, dst)?;
@@ -454,13 +681,7 @@ impl HostedStore {
     pub fn free(self, host: &Host) {
         let state = self.state.into_inner();
         for (_, e) in state.entries {
-            e.stored.free(host);
-            if let Some(m) = e.merged {
-                m.free(host);
-            }
-            for s in e.stages {
-                s.free(host);
-            }
+            e.free(host);
         }
     }
 }

@@ -55,3 +55,25 @@ kv.pull(4, out=out2)
 s = out2.sum().asscalar()        # a host op reading the pulled array
 assert s == 4.0 * n * n, s
 print("host reader waits for the pull: ok")
+
+# 4. row_sparse: a push of row_sparse values queued behind its producers sums them (rows: the
+# union), and a row_sparse_pull whose second pair is bad is refused before anything is
+# written: the first output keeps its rows.
+rows = 6
+kv.init(5, mx.nd.zeros((rows, 2)).tostype("row_sparse"))
+g = mx.nd.array([[1, 1], [0, 0], [2, 2], [0, 0], [0, 0], [0, 0]])
+for _ in range(30):
+    g = g * 1                    # a chain the push must wait for
+kv.push(5, [g.tostype("row_sparse"), (g * 10).tostype("row_sparse")])
+first = mx.nd.array([[7, 7]] + [[0, 0]] * (rows - 1)).tostype("row_sparse")
+ids = mx.nd.array([2, 0, 2])
+try:
+    kv.row_sparse_pull(5, out=[first, mx.nd.zeros((rows, 2))], row_ids=[ids, ids])
+    raise AssertionError("a row_sparse_pull into a dense output was accepted")
+except mx.base.MXNetError as e:
+    assert "Expected row_sparse storage type for row_sparse_pull values" in str(e), e
+assert first.indices.asnumpy().tolist() == [0] and first.data.asnumpy().tolist() == [[7, 7]], first
+kv.row_sparse_pull(5, out=first, row_ids=ids)
+assert first.indices.asnumpy().tolist() == [0, 2], first.indices
+assert first.data.asnumpy().tolist() == [[11, 11], [22, 22]], first.data
+print("row_sparse push and row_sparse_pull (a bad pair changes nothing): ok")

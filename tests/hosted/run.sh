@@ -82,7 +82,7 @@ echo "a 2.0 host is refused: ok"
 cflags=(-std=c11 -Wall -Wextra -Werror -O1 -pthread -I include)
 with_kvstore=(-L target/release -lkvstore -Wl,-rpath,"$PWD/target/release")
 with_mxnet=("$ref" -Wl,-rpath,"$(dirname "$ref")")
-for prog in walkthrough diff_store diff_ndarray diff_ops diff_slice_assign; do
+for prog in walkthrough diff_store diff_ndarray diff_ops diff_slice_assign diff_sparse diff_broadcast_sparse; do
   cc "${cflags[@]}" "ctests/$prog.c" "${with_kvstore[@]}" -o "$out/${prog}_kv"
   cc "${cflags[@]}" "ctests/$prog.c" "${with_mxnet[@]}" -o "$out/${prog}_mx"
   normalise() { if [ "$prog" = diff_store ]; then sed 's/local_ctx=(3,0)/local_ctx=(1,0)/'; else cat; fi; }

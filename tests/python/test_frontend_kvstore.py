@@ -154,7 +154,6 @@ def test_broadcast_initialises_and_pulls():
     assert_all(again, 6)
 
 
-@pytest.mark.skipif(HOSTED, reason="row_sparse values are not served by the hosted store yet")
 def test_row_sparse_push_and_row_sparse_pull():
     kv = mx.kv.create("local")
     dense = np.zeros(SHAPE, np.float32)
@@ -238,3 +237,58 @@ def test_bad_input_raises_instead_of_crashing():
         assert_all(kept, 5)
     with pytest.raises(MXNetError):
         mx.nd.broadcast_add(full(1), full(1, shape=(3, 3)))
+
+
+def _rsp(a, ctx=mx.cpu(0)):
+    return mx.nd.array(a, ctx=ctx).tostype("row_sparse")
+
+
+def _some_rows():
+    some = np.zeros(SHAPE, np.float32)
+    some[[1, 3]] = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    return some
+
+
+def test_push_storage_types_mixed():
+    """MXNet's local store: the first value's storage type picks the sum; without updater a
+    sum of another storage type than the stored value's replaces it (a row_sparse key
+    pushed dense values becomes dense); an updater sees both storage types as they are."""
+    some = _some_rows()
+    kv = mx.kv.create("local")
+
+    kv.init("r", _rsp(np.zeros(SHAPE, np.float32)))
+    kv.push("r", full(2))                       # dense value, no updater: the key becomes dense
+    out = mx.nd.zeros(SHAPE)
+    kv.pull("r", out=out)
+    assert_all(out, 2)
+    with pytest.raises(MXNetError):             # so it is no longer row_sparse
+        kv.row_sparse_pull("r", out=mx.nd.zeros(SHAPE, stype="row_sparse"), row_ids=mx.nd.array([0]))
+        mx.nd.waitall()
+
+    kv.init("m", full(0))                       # dense first: a dense sum
+    kv.push("m", [full(1, ctx=CPUS[0]), _rsp(some, CPUS[1]), full(3, ctx=CPUS[2])])
+    kv.pull("m", out=out)
+    assert np.array_equal(out.asnumpy(), some + 4)
+
+    kv.init("s", _rsp(np.zeros(SHAPE, np.float32)))
+    seen = []
+    kv._set_updater(lambda key, recv, local: seen.append((key, recv.stype, local.stype)))
+    kv.push("s", full(1))                       # the updater gets the dense sum, the row_sparse value
+    kv.push("m", _rsp(some))
+    mx.nd.waitall()
+    assert seen == [(b"s", "default", "row_sparse"), (b"m", "row_sparse", "default")], seen
+
+
+@pytest.mark.xfail(not IS_REFERENCE and not HOSTED, strict=True,
+                   reason="native libkvstore sums [row_sparse, dense] dense; MXNet's CommCPU row_sparse")
+def test_push_row_sparse_first_then_dense():
+    some = _some_rows()
+    kv = mx.kv.create("local")
+    kv.init("s", _rsp(np.zeros(SHAPE, np.float32)))  # row_sparse first: a row_sparse sum
+    dense_rows = np.zeros(SHAPE, np.float32)
+    dense_rows[2] = 9
+    kv.push("s", [_rsp(some, CPUS[0]), mx.nd.array(dense_rows, ctx=CPUS[1])])
+    got = mx.nd.zeros(SHAPE, stype="row_sparse")
+    kv.row_sparse_pull("s", out=got, row_ids=mx.nd.array([0, 1, 2, 3]))
+    assert got.indices.asnumpy().tolist() == [0, 1, 2, 3]
+    assert np.array_equal(got.asnumpy(), some + dense_rows)
