@@ -376,7 +376,8 @@ impl KVStore {
             let vals = &values[g.values.clone()];
             // Where the sum goes: the stored value, or (with an updater) the value handed to
             // it — MXNet hands over a single uncompressed value as it is.
-            let sparse_sum = vals.iter().all(|v| v.stype() == StorageType::RowSparse);
+            // As MXNet's CommCPU: the first value's storage type is the sum's.
+            let sparse_sum = vals.first().is_some_and(|v| v.stype() == StorageType::RowSparse);
             let (shape, dtype) = (entry.stored.shape(), entry.stored.dtype());
             let (mut replaced, mut takes_merge, mut is_merge) = (None, false, false);
             let dst = match (with_updater, vals.len(), compression) {

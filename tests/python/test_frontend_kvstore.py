@@ -279,8 +279,6 @@ def test_push_storage_types_mixed():
     assert seen == [(b"s", "default", "row_sparse"), (b"m", "row_sparse", "default")], seen
 
 
-@pytest.mark.xfail(not IS_REFERENCE and not HOSTED, strict=True,
-                   reason="native libkvstore sums [row_sparse, dense] dense; MXNet's CommCPU row_sparse")
 def test_push_row_sparse_first_then_dense():
     some = _some_rows()
     kv = mx.kv.create("local")

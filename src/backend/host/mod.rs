@@ -154,15 +154,22 @@ fn detached_from(values: &[NDArray], dst: &NDArray, threads: usize) -> Result<Op
 }
 
 /// The sum of one key, under the chunks' locks (values sharing memory with `dst` are read
-/// first, see [`detached_from`]). A row_sparse `dst` (all values row_sparse) gets the union
-/// of the rows; a dense `dst` with row_sparse values among its sources sums their dense forms.
+/// first, see [`detached_from`]). A row_sparse `dst` gets the union of the rows (a dense
+/// source contributes its non-zero rows, as MXNet casts it to row_sparse first); a dense
+/// `dst` with row_sparse values among its sources sums their dense forms.
 fn run_sum(order: SumOrder, values: &[NDArray], dst: &NDArray, threads: usize) -> Result<()> {
     if let Some(values) = detached_from(values, dst, threads)? {
         return run_sum(order, &values, dst, threads);
     }
     if dst.stype() == StorageType::RowSparse {
-        let rows = values.iter().map(|v| v.rows_now()).collect::<Result<Vec<_>>>()?;
-        let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (&r.ids[..], &r.data[..])).collect();
+        let rows = values
+            .iter()
+            .map(|v| match v.stype() {
+                StorageType::RowSparse => v.rows_now().map(|r| (r.ids, r.data)),
+                _ => v.read_bytes(|b| sparse::sparsify(dst.row_bytes(), b)).and_then(|(ids, data)| Ok((ids, crate::base::buffer::try_copy(data.bytes())?))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|(ids, data)| (&ids[..], &data[..])).collect();
         let (ids, data) = sparse::sum_rows(dst.dtype(), dst.row_bytes(), &inputs)?;
         return dst.set_rows_now(&ids, data);
     }
