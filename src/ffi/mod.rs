@@ -24,7 +24,7 @@ mod runtime;
 mod stubs;
 mod thread_buffers;
 mod types;
-mod updater;
+pub(crate) mod updater;
 
 pub use types::*;
 

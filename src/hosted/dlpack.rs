@@ -29,11 +29,20 @@ struct DLManagedTensor {
     deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
+/// The memory a host array over store-owned memory points into.
+enum Memory {
+    /// A buffer only the host array uses.
+    Buffer(Buffer),
+    /// A native array's memory, shared with libkvstore's own stores (the distributed store's
+    /// staging arrays): the clone keeps it alive while the host holds the array.
+    Native(crate::NDArray),
+}
+
 /// What the DLPack tensor points into; freed by [`release`].
 struct Owned {
     managed: DLManagedTensor,
     shape: Vec<i64>,
-    buffer: Buffer,
+    memory: Memory,
 }
 
 unsafe extern "C" fn release(managed: *mut DLManagedTensor) {
@@ -76,10 +85,22 @@ unsafe impl Send for HostArray {}
 
 impl HostArray {
     pub fn new(host: &Host, dtype: DType, shape: &[i64]) -> Result<HostArray> {
-        let (code, bits) = dl_type(dtype)?;
         let elements: i64 = shape.iter().product();
         let len = usize::try_from(elements).map_err(|_| crate::Error::new("negative shape"))?
             * dtype.size();
+        Self::wrap(host, dtype, shape, Memory::Buffer(Buffer::zeroed(len.max(1))?), len)
+    }
+
+    /// A host array over a dense native cpu array's memory. Nothing orders the host's ops on
+    /// it against libkvstore's engine: the caller waits on one side before the other touches it.
+    pub fn over_native(host: &Host, native: &crate::NDArray) -> Result<HostArray> {
+        let shape: Vec<i64> = native.shape().iter().map(|&d| d as i64).collect();
+        let len = native.data_byte_len();
+        Self::wrap(host, native.dtype(), &shape, Memory::Native(native.clone()), len)
+    }
+
+    fn wrap(host: &Host, dtype: DType, shape: &[i64], memory: Memory, len: usize) -> Result<HostArray> {
+        let (code, bits) = dl_type(dtype)?;
         let mut owned = Box::new(Owned {
             managed: DLManagedTensor {
                 dl_tensor: DLTensor {
@@ -98,9 +119,12 @@ impl HostArray {
                 deleter: Some(release),
             },
             shape: shape.to_vec(),
-            buffer: Buffer::zeroed(len.max(1))?,
+            memory,
         });
-        let ptr = owned.buffer.as_mut_ptr();
+        let ptr = match &mut owned.memory {
+            Memory::Buffer(b) => b.as_mut_ptr(),
+            Memory::Native(a) => a.data_ptr(),
+        };
         owned.managed.dl_tensor.data = ptr as *mut c_void;
         owned.managed.dl_tensor.shape = owned.shape.as_mut_ptr();
         let raw = Box::into_raw(owned);

@@ -5,7 +5,8 @@
 #![allow(non_snake_case)]
 
 use super::host::Host;
-use super::store::{HostedStore, Key};
+use super::key::Key;
+use super::store::HostedStore;
 use crate::ffi::{mx_uint, KVStoreHandle, MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::Result;
 use parking_lot::Mutex;
@@ -322,8 +323,7 @@ extern "C" fn MXKVStoreSetUpdater(
     updater_handle: *mut c_void,
 ) -> c_int {
     call("MXKVStoreSetUpdater", |_| {
-        store(handle)?.set_int_updater(updater, updater_handle);
-        Ok(())
+        store(handle)?.set_int_updater(updater, updater_handle)
     })
 }
 extern "C" fn MXKVStoreSetUpdaterEx(
@@ -333,8 +333,7 @@ extern "C" fn MXKVStoreSetUpdaterEx(
     updater_handle: *mut c_void,
 ) -> c_int {
     call("MXKVStoreSetUpdaterEx", |_| {
-        store(handle)?.set_updaters(updater, str_updater, updater_handle);
-        Ok(())
+        store(handle)?.set_updaters(updater, str_updater, updater_handle)
     })
 }
 
@@ -356,10 +355,16 @@ fn write_int(handle: KVStoreHandle, out: *mut c_int, value: c_int) -> Result<()>
     Ok(())
 }
 extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
-    call("MXKVStoreGetRank", |_| write_int(handle, ret, 0))
+    call("MXKVStoreGetRank", |_| {
+        let rank = store(handle)?.dist.as_ref().map_or(0, |d| d.rank());
+        write_int(handle, ret, rank)
+    })
 }
 extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
-    call("MXKVStoreGetGroupSize", |_| write_int(handle, ret, 1))
+    call("MXKVStoreGetGroupSize", |_| {
+        let size = store(handle)?.dist.as_ref().map_or(1, |d| d.group_size());
+        write_int(handle, ret, size)
+    })
 }
 extern "C" fn MXKVStoreGetNumDeadNode(
     handle: KVStoreHandle,
@@ -370,36 +375,48 @@ extern "C" fn MXKVStoreGetNumDeadNode(
     call("MXKVStoreGetNumDeadNode", |_| write_int(handle, number, 0))
 }
 extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
-    call("MXKVStoreBarrier", |_| store(handle).map(|_| ()))
+    call("MXKVStoreBarrier", |_| store(handle)?.dist.as_ref().map_or(Ok(()), |d| d.barrier()))
 }
 extern "C" fn MXKVStoreSetBarrierBeforeExit(
     handle: KVStoreHandle,
-    _barrier_before_exit: c_int,
+    barrier_before_exit: c_int,
 ) -> c_int {
     call("MXKVStoreSetBarrierBeforeExit", |_| {
-        store(handle).map(|_| ())
+        if let Some(d) = &store(handle)?.dist {
+            d.set_barrier_before_exit(barrier_before_exit != 0);
+        }
+        Ok(())
     })
 }
 
-/// Non-distributed stores have no servers: nothing to run (as MXNet's local stores).
+/// A distributed store's server serves until worker 0 stops it; non-distributed stores have
+/// no servers: nothing to run (as MXNet's local stores).
 extern "C" fn MXKVStoreRunServer(
     handle: KVStoreHandle,
-    _controller: *mut c_void,
-    _controller_handle: *mut c_void,
+    controller: crate::ffi::MXKVStoreServerController,
+    controller_handle: *mut c_void,
 ) -> c_int {
-    call("MXKVStoreRunServer", |_| store(handle).map(|_| ()))
+    call("MXKVStoreRunServer", |_| match &store(handle)?.dist {
+        Some(d) => d.run_server(crate::ffi::updater::controller(controller, controller_handle)),
+        None => Ok(()),
+    })
 }
 
-/// Non-distributed stores have no servers: no command to send (as MXNet's local stores).
+/// Sends a command to a distributed store's servers; non-distributed stores have no
+/// servers: no command to send (as MXNet's local stores).
 extern "C" fn MXKVStoreSendCommmandToServers(
     handle: KVStoreHandle,
-    _cmd_id: c_int,
+    cmd_id: c_int,
     cmd_body: *const c_char,
 ) -> c_int {
     call("MXKVStoreSendCommmandToServers", |_| {
-        store(handle)?;
+        let s = store(handle)?;
         crate::ensure!(!cmd_body.is_null(), "cmd_body is NULL");
-        Ok(())
+        match &s.dist {
+            // SAFETY: a NUL-terminated string (checked non-NULL).
+            Some(d) => d.send_command(cmd_id, unsafe { CStr::from_ptr(cmd_body) }.to_bytes()),
+            None => Ok(()),
+        }
     })
 }
 

@@ -267,6 +267,12 @@ impl Host {
         }
     }
 
+    /// Blocks until the host's pending reads and writes of `array` are done.
+    pub fn wait_to_write(&self, array: NDArrayHandle) -> Result<()> {
+        // SAFETY: a live host handle.
+        self.check(unsafe { (self.api.wait_to_write)(array) }, "MXNDArrayWaitToWrite")
+    }
+
     /// A new host handle sharing `array`'s memory and engine variable; the receiver frees it.
     pub fn shallow_copy(&self, array: NDArrayHandle) -> Result<NDArrayHandle> {
         let mut out = std::ptr::null_mut();

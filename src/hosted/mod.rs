@@ -4,11 +4,14 @@
 //! own NDArray handles, each data operation one op in the host's engine.
 //!
 //! `host` loads the library and checks its version, `routing` fills the slot table,
-//! `dlpack` wraps store-owned memory as host arrays, `store` is the store, `ffi` its exports.
+//! `dlpack` wraps store-owned memory as host arrays, `store` is the store (`dist` its
+//! distributed part, over libkvstore's MPI store), `ffi` its exports.
 
+mod dist;
 mod dlpack;
 mod ffi;
 mod host;
+mod key;
 mod routing;
 mod store;
 

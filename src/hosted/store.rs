@@ -7,7 +7,10 @@
 //! writes of a pushed array wait for its staging copy; the host's readers of a pulled array
 //! wait for the pull.
 
+use super::dist::HostedDist;
 use super::dlpack::HostArray;
+use super::key::Key;
+use super::key::drop_source_for_test;
 use super::host::Host;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
@@ -16,22 +19,6 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
-
-/// A key as the caller named it: MXNet keeps int and string keys apart.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub(super) enum Key {
-    Int(i32),
-    Str(String),
-}
-
-impl std::fmt::Display for Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Key::Int(k) => write!(f, "{k}"),
-            Key::Str(k) => write!(f, "{k}"),
-        }
-    }
-}
 
 /// A row_sparse host array the store holds (its layout is the host's: only host operators
 /// touch it).
@@ -164,18 +151,13 @@ pub(super) struct HostedStore {
     pub type_name: CString,
     order: SumOrder,
     state: Mutex<State>,
+    /// A distributed store's MPI part: every data call goes to it.
+    pub dist: Option<HostedDist>,
 }
 
 /// MXNet's storage-type codes of dense and row_sparse arrays.
 const DENSE: c_int = 0;
 const ROW_SPARSE: c_int = 1;
-
-/// A test-only negative control (documented in the README): drops the last source of every
-/// sum of two or more, so comparisons against pure MXNet must fail.
-fn drop_source_for_test() -> bool {
-    static DROP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DROP.get_or_init(|| std::env::var("KVSTORE_HOSTED_TEST_DROP_SOURCE").is_ok_and(|v| v == "1"))
-}
 
 /// What a host array is, checked against a stored value.
 struct Described {
@@ -371,9 +353,13 @@ impl HostedStore {
     pub fn new(name: &str) -> Result<HostedStore> {
         let lower = name.to_ascii_lowercase();
         crate::ensure!(
-            !lower.contains("dist") && !lower.contains("nccl") && !lower.contains("horovod") && !lower.contains("byteps"),
-            "store type {name}: hosted mode serves `local` and `device` stores; distributed and GPU stores are later work"
+            !lower.contains("nccl") && !lower.contains("horovod") && !lower.contains("byteps"),
+            "store type {name}: hosted mode serves `local`, `device` and the `dist` stores; GPU stores are later work"
         );
+        let dist = match crate::store::dist::dist_mode(&lower) {
+            Some(_) => Some(HostedDist::new(&lower)?),
+            None => None,
+        };
         let order = if lower.contains("device") {
             SumOrder::Serial
         } else {
@@ -384,12 +370,20 @@ impl HostedStore {
             type_name: CString::new(lower).map_err(|_| crate::Error::new("store type with NUL"))?,
             order,
             state: Mutex::new(State::default()),
+            dist,
         })
     }
 
     pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
         let mut state = self.state.lock();
         state.check_key_type(&keys)?;
+        if let Some(d) = &self.dist {
+            if let Some(first) = keys.first() {
+                state.string_keys = Some(matches!(first, Key::Str(_)));
+            }
+            drop(state);
+            return d.init(host, keys, values);
+        }
         let mut planned = Vec::with_capacity(keys.len());
         for (k, v) in keys.into_iter().zip(values) {
             crate::ensure!(
@@ -446,6 +440,10 @@ impl HostedStore {
         values: &[NDArrayHandle],
         priority: c_int,
     ) -> Result<()> {
+        if let Some(d) = &self.dist {
+            self.state.lock().check_key_type(&keys)?;
+            return d.push(host, keys, values, priority);
+        }
         let groups = {
             let state = self.state.lock();
             state.check_key_type(&keys)?;
@@ -580,6 +578,10 @@ impl HostedStore {
         outs: &[NDArrayHandle],
         row_ids: &[NDArrayHandle],
     ) -> Result<()> {
+        crate::ensure!(
+            self.dist.is_none(),
+            "row_sparse_pull is not supported by the hosted distributed store yet (dense values only)"
+        );
         let state = self.state.lock();
         state.check_key_type(&keys)?;
         let mut planned = Vec::with_capacity(outs.len());
@@ -634,6 +636,10 @@ impl HostedStore {
         outs: &[NDArrayHandle],
         ignore_sparse: bool,
     ) -> Result<()> {
+        if let Some(d) = &self.dist {
+            self.state.lock().check_key_type(&keys)?;
+            return d.pull(host, keys, outs, 0, ignore_sparse);
+        }
         let state = self.state.lock();
         state.check_key_type(&keys)?;
         let mut copies = Vec::with_capacity(outs.len());
@@ -666,19 +672,30 @@ impl HostedStore {
     }
 
     /// `MXKVStoreSetUpdater`: replaces the int updater only.
-    pub fn set_int_updater(&self, int: MXKVStoreUpdater, user: *mut c_void) {
+    pub fn set_int_updater(&self, int: MXKVStoreUpdater, user: *mut c_void) -> Result<()> {
+        if let Some(d) = &self.dist {
+            return d.set_updater(int, user);
+        }
         self.state.lock().updaters.int = int.map(|f| (f, user as usize));
+        Ok(())
     }
 
     /// `MXKVStoreSetUpdaterEx`: replaces both updaters.
-    pub fn set_updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) {
+    pub fn set_updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) -> Result<()> {
+        if let Some(d) = &self.dist {
+            return d.set_updater(int, user);
+        }
         let mut state = self.state.lock();
         state.updaters.int = int.map(|f| (f, user as usize));
         state.updaters.string = string.map(|f| (f, user as usize));
+        Ok(())
     }
 
     /// Waits for every pending op on the store's arrays, then drops them.
     pub fn free(self, host: &Host) {
+        if let Some(d) = self.dist {
+            d.free(host);
+        }
         let state = self.state.into_inner();
         for (_, e) in state.entries {
             e.free(host);

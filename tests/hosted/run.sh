@@ -64,6 +64,44 @@ echo "pure MXNet:"; "$py" tests/hosted/proof.py pure 2>/dev/null
 echo "hosted:"
 hosted "$py" tests/hosted/proof.py hosted
 
+# A dist_sync training job, 2 workers + 1 server on loopback: pure MXNet (ps-lite) against
+# hosted mode on libkvstore's MPI store. ps-lite numbers its workers in no fixed order, so each
+# side's worker outputs are compared ordered by the rank each prints first. update_on_kvstore=1
+# runs the pickled optimizer on the server (Python's kvstore_server, on host arrays over the
+# server's buffers); 0 has the servers only sum.
+command -v mpirun >/dev/null || { echo "hosted dist: mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
+[ -f target/release/libkvstore_mpi.so ] || cargo build --release --quiet --workspace
+by_rank() { for f in "$@"; do printf '%s\t%s\n' "$(head -1 "$f")" "$f"; done | sort | cut -f2 | xargs cat; }
+for args in "mlp dist_sync 0 2 4" "mlp dist_sync 1 2 4" "conv dist_sync 1 1 3" "hybrid dist_device_sync 0 3 3"; do
+  rm -rf "$out/pslite" "$out/mpi"
+  # shellcheck disable=SC2086
+  env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
+    --output-dir "$out/pslite" "$py" tests/hosted/train.py $args > /dev/null 2>&1 \
+    || { echo "hosted dist: the pure MXNet job failed: $args"; tail -5 "$out"/pslite/*.stderr; exit 1; }
+  # shellcheck disable=SC2086
+  MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+    --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/train.py $args > "$out/mpirun.log" 2>&1 \
+    || { echo "hosted dist: the hosted job failed: $args"; tail -20 "$out/mpirun.log"; exit 1; }
+  by_rank "$out"/pslite/worker.*.stdout > "$out/pure.txt"
+  by_rank "$out"/mpi/1/rank.[12]/stdout > "$out/hosted.txt"
+  [ "$(grep -c '^rank ' "$out/hosted.txt")" = 2 ] || { echo "hosted dist: expected 2 workers' outputs: $args"; exit 1; }
+  cmp -s "$out/pure.txt" "$out/hosted.txt" \
+    || { echo "hosted dist: DIFFERENT: $args"; diff "$out/pure.txt" "$out/hosted.txt" | head -20; exit 1; }
+  echo "identical (2 workers, 1 server, $(wc -l < "$out/hosted.txt") lines): $args"
+done
+# Negative control: the last run's comparison, with a local value dropped from each worker's sum.
+rm -rf "$out/mpi"
+MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+  --env "KVSTORE_HOST_LIBRARY:$ref" --env KVSTORE_HOSTED_TEST_DROP_SOURCE:1 --output-dir "$out/mpi" \
+  "$py" tests/hosted/train.py hybrid dist_device_sync 0 3 3 > "$out/mpirun.log" 2>&1 \
+  || { echo "hosted dist: the negative control job failed"; tail -20 "$out/mpirun.log"; exit 1; }
+by_rank "$out"/mpi/1/rank.[12]/stdout > "$out/hosted.txt"
+if cmp -s "$out/pure.txt" "$out/hosted.txt"; then
+  echo "hosted dist: the negative control (KVSTORE_HOSTED_TEST_DROP_SOURCE=1) did not change the output" >&2
+  exit 1
+fi
+echo "hosted dist: negative control differs, as it must"
+
 # A host that is not MXNet 1.9.x is refused, with the reason, on every call.
 cat > "$out/fake_host.c" <<'C'
 int MXGetVersion(int *out) { *out = 20000; return 0; }

@@ -5,6 +5,8 @@ byte-identical. Prints every step's loss as float.hex, then a SHA-256 of all par
 usage: train.py MODEL KVSTORE UPDATE_ON_KVSTORE NUM_CPUS STEPS
 MODEL: mlp | conv (oneDNN layouts) | hybrid | module (Module API, string keys) |
        loader (the mlp fed by a gluon DataLoader with 2 worker processes: MXNet forks)
+KVSTORE: local | device | a dist store (dist_sync, ...; start it with a launcher): each worker
+then trains on its own stripe of the data and first prints its rank.
 """
 import hashlib
 import multiprocessing
@@ -16,14 +18,22 @@ from mxnet import autograd, gluon
 
 model, kvstore, update_on_kv, ncpu, steps = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
 ctxs = [mx.cpu(i) for i in range(ncpu)]
+rank, workers = 0, 1
+if kvstore.startswith("dist"):
+    kvstore = mx.kv.create(kvstore)
+    rank, workers = kvstore.rank, kvstore.num_workers
+    print("rank", rank)
 mx.random.seed(7)
 rng = np.random.RandomState(7)
 batch = 8 * ncpu
 if model == "conv":
-    X = rng.rand(batch * steps, 1, 8, 8).astype("float32")
+    X = rng.rand(batch * steps * workers, 1, 8, 8).astype("float32")
 else:
-    X = rng.rand(batch * steps, 20).astype("float32")
-Y = rng.randint(0, 4, size=batch * steps).astype("float32")
+    X = rng.rand(batch * steps * workers, 20).astype("float32")
+Y = rng.randint(0, 4, size=batch * steps * workers).astype("float32")
+# Worker `rank` trains on the rank-th batch of every group of `workers` batches.
+X = X.reshape((steps, workers, batch) + X.shape[1:])[:, rank].reshape((-1,) + X.shape[1:])
+Y = Y.reshape(steps, workers, batch)[:, rank].reshape(-1)
 
 
 def digest(arrays):

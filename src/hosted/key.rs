@@ -1,0 +1,24 @@
+//! Keys as the caller named them, and the test-only negative control every sum honours.
+
+/// A key as the caller named it: MXNet keeps int and string keys apart.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub(super) enum Key {
+    Int(i32),
+    Str(String),
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Int(k) => write!(f, "{k}"),
+            Key::Str(k) => write!(f, "{k}"),
+        }
+    }
+}
+
+/// A test-only negative control (documented in the README): drops the last source of every
+/// sum of two or more, so comparisons against pure MXNet must fail.
+pub(super) fn drop_source_for_test() -> bool {
+    static DROP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DROP.get_or_init(|| std::env::var("KVSTORE_HOSTED_TEST_DROP_SOURCE").is_ok_and(|v| v == "1"))
+}
