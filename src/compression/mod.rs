@@ -88,6 +88,25 @@ impl GradientCompression {
             CompressionType::OneBit => one_bit::dequantize(packed, out),
         }
     }
+
+    /// One key's compressed reduction, as MXNet's `CommDevice::ReduceCompressed`: each source
+    /// is quantised against its own position's residual and dequantised, and the dequantised
+    /// values are summed left to right into `out` (`((d0 + d1) + d2) + ...`). `packed` (of
+    /// [`packed_bytes`](Self::packed_bytes)`(out.len())` bytes) and `scratch` (as long as
+    /// `out`) are working space, passed in so the caller allocates where it can report failure.
+    pub fn reduce(&self, srcs: &[&[f32]], residuals: &mut [&mut [f32]], out: &mut [f32], packed: &mut [u8], scratch: &mut [f32]) {
+        for (i, (src, residual)) in srcs.iter().zip(residuals.iter_mut()).enumerate() {
+            self.quantize(src, residual, packed);
+            if i == 0 {
+                self.dequantize(packed, out);
+            } else {
+                self.dequantize(packed, scratch);
+                for (o, d) in out.iter_mut().zip(scratch.iter()) {
+                    *o += *d;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

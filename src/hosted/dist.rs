@@ -306,6 +306,13 @@ impl HostedDist {
         self.native.send_command(id, body)
     }
 
+    /// Gradient compression: the MPI store underneath compresses each push (this worker's
+    /// sum, made uncompressed as MXNet's dist workers make it) and worker 0 forwards the
+    /// setting to the servers.
+    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
+        self.native.set_gradient_compression(params)
+    }
+
     /// `SetUpdater(Ex)`: on a server (Python's `kvstore_server` installs the pickled optimizer
     /// from the controller) the native server's updater calls the frontend's int updater with
     /// host arrays over the server's own buffers (servers see int keys only); on a worker

@@ -64,23 +64,28 @@ fn int_keys(ptr: *const c_int, n: u32) -> Result<Vec<Key>> {
         .collect())
 }
 
-fn str_keys(ptr: *const *const c_char, n: u32) -> Result<Vec<Key>> {
+/// `n` NUL-terminated UTF-8 strings at `ptr` (`what` names them in errors).
+fn strings(ptr: *const *const c_char, n: u32, what: &str) -> Result<Vec<String>> {
     if n == 0 {
         return Ok(Vec::new());
     }
-    crate::ensure!(!ptr.is_null(), "keys is NULL with {n} entries");
+    crate::ensure!(!ptr.is_null(), "{what} is NULL with {n} entries");
     // SAFETY: `n` string pointers at `ptr`.
     let ptrs = unsafe { std::slice::from_raw_parts(ptr, n as usize) };
     ptrs.iter()
         .map(|&p| {
-            crate::ensure!(!p.is_null(), "a key is NULL");
+            crate::ensure!(!p.is_null(), "an entry of {what} is NULL");
             // SAFETY: NUL-terminated strings (MXNet's contract).
             let s = unsafe { CStr::from_ptr(p) }
                 .to_str()
-                .map_err(|_| crate::Error::new("a key is not UTF-8"))?;
-            Ok(Key::Str(s.to_string()))
+                .map_err(|_| crate::Error::new(format!("an entry of {what} is not UTF-8")))?;
+            Ok(s.to_string())
         })
         .collect()
+}
+
+fn str_keys(ptr: *const *const c_char, n: u32) -> Result<Vec<Key>> {
+    Ok(strings(ptr, n, "keys")?.into_iter().map(Key::Str).collect())
 }
 
 extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
@@ -234,6 +239,7 @@ extern "C" fn MXKVStorePushPull(
 ) -> c_int {
     call("MXKVStorePushPull", |h| {
         let s = store(handle)?;
+        s.check_push_pull()?;
         s.push(
             h,
             int_keys(vkeys, vnum)?,
@@ -260,6 +266,7 @@ extern "C" fn MXKVStorePushPullEx(
 ) -> c_int {
     call("MXKVStorePushPullEx", |h| {
         let s = store(handle)?;
+        s.check_push_pull()?;
         s.push(
             h,
             str_keys(vkeys, vnum)?,
@@ -455,10 +462,27 @@ extern "C" fn MXKVStorePullRowSparseEx(
     })
 }
 
+/// Gradient compression, parsed as libkvstore's own store parses it: `device` stores apply
+/// it to every later push, `local` stores accept and ignore it, dist stores pass it to the
+/// MPI store underneath (worker 0 sends it to the servers).
+extern "C" fn MXKVStoreSetGradientCompression(
+    handle: KVStoreHandle,
+    num_params: u32,
+    keys: *mut *const c_char,
+    vals: *mut *const c_char,
+) -> c_int {
+    call("MXKVStoreSetGradientCompression", |_| {
+        let store = store(handle)?;
+        let keys = strings(keys, num_params, "keys")?;
+        let vals = strings(vals, num_params, "vals")?;
+        store.set_gradient_compression(&keys.into_iter().zip(vals).collect::<Vec<_>>())
+    })
+}
+
 /// Calls the hosted store does not serve yet: a clear -1.
 extern "C" fn not_hosted_yet() -> c_int {
     call("MXKVStore", |_| {
-        crate::bail!("this KVStore call (gradient compression) is not supported by the hosted store yet")
+        crate::bail!("this KVStore call is not supported by the hosted store yet")
     })
 }
 
@@ -502,6 +526,7 @@ pub(super) fn target(name: &str) -> Option<*mut ()> {
         "MXKVStoreSetBarrierBeforeExit" => MXKVStoreSetBarrierBeforeExit as *mut (),
         "MXKVStoreRunServer" => MXKVStoreRunServer as *mut (),
         "MXKVStoreSendCommmandToServers" => MXKVStoreSendCommmandToServers as *mut (),
+        "MXKVStoreSetGradientCompression" => MXKVStoreSetGradientCompression as *mut (),
         "MXNotifyShutdown" => MXNotifyShutdown as *mut (),
         _ => not_hosted_yet as *mut (),
     };

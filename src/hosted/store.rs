@@ -12,6 +12,7 @@ use super::dlpack::HostArray;
 use super::key::Key;
 use super::key::drop_source_for_test;
 use super::host::Host;
+use crate::compression::GradientCompression;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
 use crate::{DType, Result};
@@ -69,12 +70,14 @@ struct Entry {
     sparse_merged: Option<SparseArray>,
     /// Row_sparse copies of the pushed row_sparse values, one per source position.
     sparse_copies: Vec<SparseArray>,
+    /// Gradient-compression residuals, one per source position (zero until first used).
+    residuals: Vec<HostArray>,
 }
 
 impl Entry {
     fn free(self, host: &Host) {
         self.stored.free(host);
-        for a in self.merged.into_iter().chain(self.stages) {
+        for a in self.merged.into_iter().chain(self.stages).chain(self.residuals) {
             a.free(host);
         }
         for a in self.sparse_merged.into_iter().chain(self.sparse_copies) {
@@ -110,6 +113,8 @@ struct State {
     string_keys: Option<bool>,
     /// String keys' internal ids, in init order (MXNet's `str_key_dict_`).
     string_ids: HashMap<String, i32>,
+    /// The gradient compression set on the store (only `device` stores apply it).
+    compression: Option<GradientCompression>,
 }
 
 impl State {
@@ -150,6 +155,9 @@ impl State {
 pub(super) struct HostedStore {
     pub type_name: CString,
     order: SumOrder,
+    /// Whether pushes apply the gradient compression set (MXNet's CommDevice does, its
+    /// CommCPU ignores it).
+    compresses: bool,
     state: Mutex<State>,
     /// A distributed store's MPI part: every data call goes to it.
     pub dist: Option<HostedDist>,
@@ -214,6 +222,18 @@ fn check_matches(key: &Key, entry: &Entry, value: &Described, what: &str) -> Res
         "dtype mismatch for key {key}: the stored value is {}, the {what} {}",
         entry.dtype.name(),
         value.dtype.name()
+    );
+    Ok(())
+}
+
+/// As libkvstore's own store: a compressed push takes dense float32 values only (MXNet's
+/// kernels read float32).
+fn check_compressible(key: &Key, entry: &Entry, value: &Described) -> Result<()> {
+    crate::ensure!(value.stype == DENSE, "gradient compression does not support row_sparse values (key {key})");
+    crate::ensure!(
+        entry.dtype == DType::Float32,
+        "Gradient compression is only supported for float32 type of parameters (key {key} is {})",
+        entry.dtype.name()
     );
     Ok(())
 }
@@ -310,25 +330,63 @@ struct SumJob {
     order: SumOrder,
     dst: (*mut u8, usize),
     srcs: Vec<(*const u8, usize)>,
+    /// A compressed sum (float32 only): each source goes through 2bit/1bit with its residual.
+    compressed: Option<Compressed>,
+}
+
+/// A compressed sum's residuals (one per source) and working space, allocated when the push
+/// is queued so that the op itself cannot fail.
+struct Compressed {
+    compression: GradientCompression,
+    residuals: Vec<(*mut u8, usize)>,
+    packed: Vec<u8>,
+    scratch: Vec<f32>,
+}
+
+/// A zeroed vector of `n` elements, or an error where the memory is not there.
+fn zeroed<T: Clone + Default>(n: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| crate::Error::out_of_memory(what))?;
+    v.resize(n, T::default());
+    Ok(v)
+}
+
+/// `len` bytes at `ptr` as float32s (store-owned buffers are 64-byte aligned).
+///
+/// # Safety
+/// `ptr` points to `len` bytes that nothing else touches while the slice lives.
+unsafe fn floats<'a>(ptr: *mut u8, len: usize) -> &'a mut [f32] {
+    // SAFETY: as the caller promises; the buffers are aligned for every element type.
+    unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, len / 4) }
 }
 
 /// The engine calls this on one of its workers once the staged copies are written and every
 /// earlier user of the destination is done.
 unsafe extern "C" fn run_sum(_run_context: *mut c_void, param: *mut c_void) {
-    // SAFETY: `param` is the `SumJob` pushed with this function; the engine runs it while the
-    // arrays it points into are declared (read: sources, written: destination), and the
-    // store keeps their handles alive until it has waited for them.
-    let job = unsafe { &*(param as *const SumJob) };
-    let _ = std::panic::catch_unwind(|| {
-        // SAFETY: as above; the sources are distinct store-owned buffers from the destination.
-        let dst = unsafe { std::slice::from_raw_parts_mut(job.dst.0, job.dst.1) };
-        let srcs: Vec<&[u8]> = job
-            .srcs
-            .iter()
-            .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
-            .collect();
-        crate::reduce::sum_into(job.dtype, job.order, dst, &srcs, 1);
-    });
+    // SAFETY: `param` is the `SumJob` pushed with this function; the engine runs it once (then
+    // frees it), while the arrays it points into are declared (read: sources, written:
+    // destination and residuals), and the store keeps their handles alive until it has waited
+    // for them.
+    let job = unsafe { &mut *(param as *mut SumJob) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &mut job.compressed {
+        None => {
+            // SAFETY: as above; the sources are distinct store-owned buffers from the destination.
+            let dst = unsafe { std::slice::from_raw_parts_mut(job.dst.0, job.dst.1) };
+            let srcs: Vec<&[u8]> = job
+                .srcs
+                .iter()
+                .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
+                .collect();
+            crate::reduce::sum_into(job.dtype, job.order, dst, &srcs, 1);
+        }
+        Some(c) => {
+            // SAFETY: as above; float32 buffers (checked at the push), all distinct.
+            let out = unsafe { floats(job.dst.0, job.dst.1) };
+            let srcs: Vec<&[f32]> = job.srcs.iter().map(|&(p, n)| &*unsafe { floats(p as *mut u8, n) }).collect();
+            let mut residuals: Vec<&mut [f32]> = c.residuals.iter().map(|&(p, n)| unsafe { floats(p, n) }).collect();
+            c.compression.reduce(&srcs, &mut residuals, out, &mut c.packed, &mut c.scratch);
+        }
+    }));
 }
 
 unsafe extern "C" fn free_sum(param: *mut c_void) {
@@ -360,7 +418,8 @@ impl HostedStore {
             Some(_) => Some(HostedDist::new(&lower)?),
             None => None,
         };
-        let order = if lower.contains("device") {
+        let compresses = lower.contains("device");
+        let order = if compresses {
             SumOrder::Serial
         } else {
             SumOrder::CpuComm
@@ -369,6 +428,7 @@ impl HostedStore {
             // MXNet reports the lower-cased name.
             type_name: CString::new(lower).map_err(|_| crate::Error::new("store type with NUL"))?,
             order,
+            compresses,
             state: Mutex::new(State::default()),
             dist,
         })
@@ -427,6 +487,7 @@ impl HostedStore {
                     stages: Vec::new(),
                     sparse_merged: None,
                     sparse_copies: Vec::new(),
+                    residuals: Vec::new(),
                 },
             );
         }
@@ -444,9 +505,10 @@ impl HostedStore {
             self.state.lock().check_key_type(&keys)?;
             return d.push(host, keys, values, priority);
         }
-        let groups = {
+        let (groups, compression) = {
             let state = self.state.lock();
             state.check_key_type(&keys)?;
+            let compression = state.compression.filter(|_| self.compresses);
             let groups = group(&state, keys, values);
             for (k, vs) in &groups {
                 let entry = state
@@ -457,12 +519,15 @@ impl HostedStore {
                     let d = describe(host, *v)?;
                     check_push_stype(&d)?;
                     check_matches(k, entry, &d, "pushed value")?;
+                    if compression.is_some() {
+                        check_compressible(k, entry, &d)?;
+                    }
                 }
             }
-            groups
+            (groups, compression)
         };
         for (k, vs) in groups {
-            let update = self.push_one(host, &k, &vs, priority)?;
+            let update = self.push_one(host, &k, &vs, compression, priority)?;
             if let Some((call, recv, local)) = update {
                 // The updater runs on the calling thread without the store's lock, as MXNet's
                 // local store calls it, right after the sum is queued.
@@ -485,6 +550,7 @@ impl HostedStore {
         host: &Host,
         key: &Key,
         values: &[NDArrayHandle],
+        compression: Option<GradientCompression>,
         priority: c_int,
     ) -> Result<Option<(UpdaterCall, NDArrayHandle, NDArrayHandle)>> {
         let mut state = self.state.lock();
@@ -516,6 +582,12 @@ impl HostedStore {
                 .stages
                 .push(HostArray::new(host, entry.dtype, &entry.shape)?);
         }
+        // As MXNet's CommDevice: a residual per source position, zero when first used.
+        if compression.is_some() {
+            while entry.residuals.len() < values.len() {
+                entry.residuals.push(HostArray::new(host, entry.dtype, &entry.shape)?);
+            }
+        }
         for (v, stage) in values.iter().zip(&entry.stages) {
             host.copy(*v, stage.handle)?;
         }
@@ -532,14 +604,30 @@ impl HostedStore {
             values.len()
         };
         let stages = &entry.stages[..used];
+        let compressed = match compression {
+            Some(gc) => {
+                let n = dst_len / 4;
+                Some(Compressed {
+                    compression: gc,
+                    residuals: entry.residuals[..used].iter().map(|r| (r.ptr, r.len)).collect(),
+                    packed: zeroed(gc.packed_bytes(n), "a compressed push's packed buffer")?,
+                    scratch: zeroed(n, "a compressed push's dequantised buffer")?,
+                })
+            }
+            None => None,
+        };
+        let mut writes = vec![dst_handle];
+        if compression.is_some() {
+            writes.extend(entry.residuals[..used].iter().map(|r| r.handle));
+        }
         let job = Box::new(SumJob {
             dtype: entry.dtype,
             order: self.order,
             dst: (dst_ptr, dst_len),
             srcs: stages.iter().map(|s| (s.ptr as *const u8, s.len)).collect(),
+            compressed,
         });
         let mut reads: Vec<NDArrayHandle> = stages.iter().map(|s| s.handle).collect();
-        let mut writes = [dst_handle];
         let param = Box::into_raw(job);
         // SAFETY: MXEnginePushSyncND with live handle arrays (read during the call), MXNet
         // 1.9's Context and FnProperty values, and a param the engine frees with free_sum.
@@ -552,7 +640,7 @@ impl HostedStore {
                 reads.as_mut_ptr(),
                 reads.len() as c_int,
                 writes.as_mut_ptr(),
-                1,
+                writes.len() as c_int,
                 &CPU_PRIORITIZED as *const c_int as *const c_void,
                 priority,
                 c"KVStoreReduce".as_ptr(),
@@ -668,6 +756,30 @@ impl HostedStore {
         for (src, dst) in copies {
             host.copy(src, dst)?;
         }
+        Ok(())
+    }
+
+    /// `MXKVStoreSetGradientCompression`, parsed as libkvstore's own store parses it.
+    /// `device` stores apply it to every later push (not to Init); `local` stores keep it and
+    /// ignore it, as MXNet's CommCPU does; dist stores hand it to the MPI store underneath,
+    /// which compresses each worker's merged value (MXNet's dist workers reduce their local
+    /// values uncompressed: their Comm never gets the setting).
+    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
+        let gc = GradientCompression::from_params(params)?;
+        if let Some(d) = &self.dist {
+            d.set_gradient_compression(params)?;
+        }
+        self.state.lock().compression = Some(gc);
+        Ok(())
+    }
+
+    /// A PushPull is a push then a pull, except that MXNet's dist workers refuse it once
+    /// gradient compression is set (their push-and-pull message has no compressed form).
+    pub fn check_push_pull(&self) -> Result<()> {
+        crate::ensure!(
+            self.dist.is_none() || self.state.lock().compression.is_none(),
+            "Compression not supported with PushPull"
+        );
         Ok(())
     }
 

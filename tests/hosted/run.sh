@@ -47,6 +47,16 @@ for args in "mlp device 1 3 3" "conv local 0 4 3"; do
   runs=$((runs + 1))
   if cmp -s "$out/pure.txt" "$out/hosted.txt"; then echo "identical (NaiveEngine): $args"; else echo "DIFFERENT (NaiveEngine): $args"; fails=$((fails + 1)); fi
 done
+# Gradient compression (2bit) on `device` stores, set with the Trainer's (or Module's)
+# compression_params: each context's gradient is quantised against its own residual,
+# dequantised and summed. A threshold of 0.05 makes codes fire from the first step on.
+for args in "mlp device 1 2 4 2bit:0.05" "mlp device 0 3 4 2bit:0.05" "conv device 1 4 3 2bit:0.05" \
+  "hybrid device 0 7 3 2bit:0.05" "module device 1 2 3 2bit:0.05"; do
+  "$py" tests/hosted/train.py $args > "$out/pure.txt" 2>/dev/null
+  hosted "$py" tests/hosted/train.py $args > "$out/hosted.txt" 2>/dev/null
+  runs=$((runs + 1))
+  if cmp -s "$out/pure.txt" "$out/hosted.txt"; then echo "identical (compressed): $args"; else echo "DIFFERENT (compressed): $args"; diff "$out/pure.txt" "$out/hosted.txt" || true; fails=$((fails + 1)); fi
+done
 echo "hosted vs pure MXNet: $((runs - fails))/$runs identical"
 [ "$fails" = 0 ]
 
@@ -58,6 +68,17 @@ if cmp -s "$out/pure.txt" "$out/hosted.txt"; then
   exit 1
 fi
 echo "negative control differs, as it must"
+# ...and for a compressed run: dropping a source, or not compressing at all, must show.
+"$py" tests/hosted/train.py mlp device 0 3 4 2bit:0.05 > "$out/pure.txt" 2>/dev/null
+KVSTORE_HOSTED_TEST_DROP_SOURCE=1 hosted "$py" tests/hosted/train.py mlp device 0 3 4 2bit:0.05 > "$out/hosted.txt" 2>/dev/null
+hosted "$py" tests/hosted/train.py mlp device 0 3 4 > "$out/uncompressed.txt" 2>/dev/null
+for control in hosted uncompressed; do
+  if cmp -s "$out/pure.txt" "$out/$control.txt"; then
+    echo "the compressed negative control ($control) did not change the output: the comparison proves nothing" >&2
+    exit 1
+  fi
+done
+echo "compressed negative controls (a dropped source; no compression) differ, as they must"
 
 # The store is libkvstore's, ordered by the host's engine.
 echo "pure MXNet:"; "$py" tests/hosted/proof.py pure 2>/dev/null
@@ -120,7 +141,8 @@ echo "a 2.0 host is refused: ok"
 cflags=(-std=c11 -Wall -Wextra -Werror -O1 -pthread -I include)
 with_kvstore=(-L target/release -lkvstore -Wl,-rpath,"$PWD/target/release")
 with_mxnet=("$ref" -Wl,-rpath,"$(dirname "$ref")")
-for prog in walkthrough diff_store diff_ndarray diff_ops diff_slice_assign diff_sparse diff_broadcast_sparse; do
+for prog in walkthrough diff_store diff_ndarray diff_ops diff_slice_assign diff_sparse diff_broadcast_sparse \
+  diff_compression diff_parsing; do
   cc "${cflags[@]}" "ctests/$prog.c" "${with_kvstore[@]}" -o "$out/${prog}_kv"
   cc "${cflags[@]}" "ctests/$prog.c" "${with_mxnet[@]}" -o "$out/${prog}_mx"
   normalise() { if [ "$prog" = diff_store ]; then sed 's/local_ctx=(3,0)/local_ctx=(1,0)/'; else cat; fi; }

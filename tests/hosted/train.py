@@ -2,11 +2,14 @@
 (MXNET_LIBRARY_PATH=libkvstore.so, KVSTORE_HOST_LIBRARY=libmxnet.so), its stdout must be
 byte-identical. Prints every step's loss as float.hex, then a SHA-256 of all parameters.
 
-usage: train.py MODEL KVSTORE UPDATE_ON_KVSTORE NUM_CPUS STEPS
+usage: train.py MODEL KVSTORE UPDATE_ON_KVSTORE NUM_CPUS STEPS [COMPRESSION]
 MODEL: mlp | conv (oneDNN layouts) | hybrid | module (Module API, string keys) |
        loader (the mlp fed by a gluon DataLoader with 2 worker processes: MXNet forks)
 KVSTORE: local | device | a dist store (dist_sync, ...; start it with a launcher): each worker
 then trains on its own stripe of the data and first prints its rank.
+COMPRESSION: TYPE:THRESHOLD (e.g. 2bit:0.05), passed as compression_params (Gluon's Trainer,
+       the Module constructor). A dist store's worker then pushes and pulls itself (MXNet's
+       dist PushPull, which the Trainer and Module call, refuses compression).
 """
 import hashlib
 import multiprocessing
@@ -17,6 +20,10 @@ import numpy as np
 from mxnet import autograd, gluon
 
 model, kvstore, update_on_kv, ncpu, steps = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
+compression = None
+if len(sys.argv) > 6:
+    kind, threshold = sys.argv[6].split(":")
+    compression = {"type": kind, "threshold": float(threshold)}
 ctxs = [mx.cpu(i) for i in range(ncpu)]
 rank, workers = 0, 1
 if kvstore.startswith("dist"):
@@ -50,7 +57,7 @@ if model == "module":
     net = mx.sym.FullyConnected(net, num_hidden=4, name="fc2")
     net = mx.sym.SoftmaxOutput(net, name="softmax")
     it = mx.io.NDArrayIter(X, Y, batch_size=batch)
-    mod = mx.mod.Module(net, context=ctxs)
+    mod = mx.mod.Module(net, context=ctxs, compression_params=compression)
     mod.bind(data_shapes=it.provide_data, label_shapes=it.provide_label)
     mod.init_params(mx.init.Xavier(rnd_type="gaussian"))
     mod.init_optimizer(kvstore=kvstore, optimizer="sgd",
@@ -78,7 +85,7 @@ net.initialize(mx.init.Xavier(rnd_type="gaussian"), ctx=ctxs)
 if model == "hybrid":
     net.hybridize()
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
-                        kvstore=kvstore, update_on_kvstore=update_on_kv)
+                        kvstore=kvstore, update_on_kvstore=update_on_kv, compression_params=compression)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
 

@@ -209,19 +209,10 @@ fn run_compressed_sum(job: &CompressedSumJob) -> Result<()> {
     let mut dst = job.dst.write_view();
     let out = typed_mut::<f32>(dst.bytes_mut());
     let mut packed = Buffer::zeroed(gc.packed_bytes(out.len()))?;
-    let mut dequantized = Buffer::zeroed(std::mem::size_of_val(out))?;
-    let dequantized = typed_mut::<f32>(dequantized.bytes_mut());
-    for (i, (value, residual)) in views.iter().zip(residuals.iter_mut()).enumerate() {
-        gc.quantize(typed::<f32>(value.bytes()), typed_mut::<f32>(residual.bytes_mut()), packed.bytes_mut());
-        if i == 0 {
-            gc.dequantize(packed.bytes(), out);
-        } else {
-            gc.dequantize(packed.bytes(), dequantized);
-            for (o, d) in out.iter_mut().zip(dequantized.iter()) {
-                *o += *d;
-            }
-        }
-    }
+    let mut scratch = Buffer::zeroed(std::mem::size_of_val(out))?;
+    let srcs: Vec<&[f32]> = views.iter().map(|v| typed::<f32>(v.bytes())).collect();
+    let mut residuals: Vec<&mut [f32]> = residuals.iter_mut().map(|r| typed_mut::<f32>(r.bytes_mut())).collect();
+    gc.reduce(&srcs, &mut residuals, out, packed.bytes_mut(), typed_mut::<f32>(scratch.bytes_mut()));
     Ok(())
 }
 
