@@ -479,7 +479,8 @@ extern "C" fn MXKVStoreSetGradientCompression(
     })
 }
 
-/// Calls the hosted store does not serve yet: a clear -1.
+/// A KVStore name without a hosted function (none of MXNet 1.9's: each is listed in `target`):
+/// a clear -1 rather than native code run on the host's handles.
 extern "C" fn not_hosted_yet() -> c_int {
     call("MXKVStore", |_| {
         crate::bail!("this KVStore call is not supported by the hosted store yet")

@@ -122,6 +122,39 @@ if cmp -s "$out/pure.txt" "$out/hosted.txt"; then
   exit 1
 fi
 echo "hosted dist: negative control differs, as it must"
+# Gradient compression (2bit) in dist stores: each worker sums its contexts' gradients
+# uncompressed (MXNet's dist workers never hand the setting to their Comm), then compresses the
+# sum against one residual per key; worker 0 forwards the setting to the servers. MXNet's dist
+# PushPull refuses compression, so train.py's workers push and pull themselves here.
+for args in "mlp dist_sync 0 2 4 2bit:0.05" "hybrid dist_device_sync 1 3 3 2bit:0.05"; do
+  rm -rf "$out/pslite" "$out/mpi"
+  # shellcheck disable=SC2086
+  env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
+    --output-dir "$out/pslite" "$py" tests/hosted/train.py $args > /dev/null 2>&1 \
+    || { echo "hosted dist: the pure MXNet job failed: $args"; tail -5 "$out"/pslite/*.stderr; exit 1; }
+  # shellcheck disable=SC2086
+  MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+    --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/train.py $args > "$out/mpirun.log" 2>&1 \
+    || { echo "hosted dist: the hosted job failed: $args"; tail -20 "$out/mpirun.log"; exit 1; }
+  by_rank "$out"/pslite/worker.*.stdout > "$out/pure.txt"
+  by_rank "$out"/mpi/1/rank.[12]/stdout > "$out/hosted.txt"
+  [ "$(grep -c '^rank ' "$out/hosted.txt")" = 2 ] || { echo "hosted dist: expected 2 workers' outputs: $args"; exit 1; }
+  cmp -s "$out/pure.txt" "$out/hosted.txt" \
+    || { echo "hosted dist: DIFFERENT: $args"; diff "$out/pure.txt" "$out/hosted.txt" | head -20; exit 1; }
+  echo "identical (compressed, 2 workers, 1 server, $(wc -l < "$out/hosted.txt") lines): $args"
+done
+# Negative control: the same job uncompressed must differ from the compressed one.
+rm -rf "$out/mpi"
+MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+  --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" \
+  "$py" tests/hosted/train.py hybrid dist_device_sync 1 3 3 > "$out/mpirun.log" 2>&1 \
+  || { echo "hosted dist: the uncompressed control job failed"; tail -20 "$out/mpirun.log"; exit 1; }
+by_rank "$out"/mpi/1/rank.[12]/stdout > "$out/hosted.txt"
+if cmp -s "$out/pure.txt" "$out/hosted.txt"; then
+  echo "hosted dist: the uncompressed control did not change the output: the compressed comparison proves nothing" >&2
+  exit 1
+fi
+echo "hosted dist: the uncompressed control differs, as it must"
 
 # A host that is not MXNet 1.9.x is refused, with the reason, on every call.
 cat > "$out/fake_host.c" <<'C'

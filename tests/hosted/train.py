@@ -84,8 +84,31 @@ else:
 net.initialize(mx.init.Xavier(rnd_type="gaussian"), ctx=ctxs)
 if model == "hybrid":
     net.hybridize()
+# MXNet's dist PushPull refuses compression, and the Trainer pushes with it: a compressed dist
+# worker drives the store itself (push the gradients, pull the weights updated on the servers
+# or the summed gradients), with a store-less Trainer for the update on the worker.
+manual = compression is not None and isinstance(kvstore, mx.kv.KVStore)
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
-                        kvstore=kvstore, update_on_kvstore=update_on_kv, compression_params=compression)
+                        kvstore=None if manual else kvstore, update_on_kvstore=None if manual else update_on_kv,
+                        compression_params=None if manual else compression)
+params = list(net.collect_params().values())
+
+
+def manual_step(step):
+    if step == 0:  # the shapes are known after the first backward
+        kvstore.set_gradient_compression(compression)
+        if update_on_kv:
+            kvstore.set_optimizer(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, rescale_grad=1.0 / batch))
+        for i, p in enumerate(params):
+            kvstore.init(i, p.data(ctxs[0]))
+            kvstore.pull(i, p.list_data(), priority=-i)
+    for i, p in enumerate(params):
+        kvstore.push(i, p.list_grad(), priority=-i)
+        kvstore.pull(i, p.list_data() if update_on_kv else p.list_grad(), priority=-i)
+    if not update_on_kv:
+        trainer.update(batch)
+
+
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
 
@@ -113,6 +136,9 @@ for step in range(steps):
         losses = [loss_fn(net(x), y) for x, y in zip(xs, ys)]
     for l in losses:
         l.backward()
-    trainer.step(batch)
+    if manual:
+        manual_step(step)
+    else:
+        trainer.step(batch)
     print(float(sum(l.sum().asscalar() for l in losses)).hex())
 print(digest([p.data(ctxs[0]) for _, p in sorted(net.collect_params().items())]))

@@ -290,3 +290,48 @@ def test_push_row_sparse_first_then_dense():
     kv.row_sparse_pull("s", out=got, row_ids=mx.nd.array([0, 1, 2, 3]))
     assert got.indices.asnumpy().tolist() == [0, 1, 2, 3]
     assert np.array_equal(got.asnumpy(), some + dense_rows)
+
+
+def two_bit(residual, grad, threshold):
+    """MXNet 1.9's 2bit quantisation of one value (float32): what is sent, and the new residual."""
+    residual = residual + grad
+    sent = np.where(residual >= threshold, threshold, np.where(residual <= -threshold, -threshold, 0)).astype("float32")
+    return sent, (residual - sent).astype("float32")
+
+
+def test_device_store_compresses_each_source_with_its_own_residual():
+    """2bit on a `device` store: each context's gradient is quantised against its position's
+    residual, so what is not sent at one step is sent later; Init is not compressed."""
+    t = np.float32(0.5)
+    kv = mx.kv.create("device")
+    kv.set_gradient_compression({"type": "2bit", "threshold": float(t)})
+    kv.init(5, full(0.3))
+    out = mx.nd.zeros(SHAPE)
+    kv.pull(5, out=out)
+    assert_all(out, np.float32(0.3))  # not quantised
+    rng = np.random.RandomState(3)
+    residuals = [np.zeros(SHAPE, "float32") for _ in range(3)]
+    for step in range(6):
+        grads = [rng.uniform(-0.4, 0.4, SHAPE).astype("float32") for _ in range(3)]
+        kv.push(5, [mx.nd.array(g, ctx=CPUS[i]) for i, g in enumerate(grads)])
+        want = np.zeros(SHAPE, "float32")
+        for i, g in enumerate(grads):
+            sent, residuals[i] = two_bit(residuals[i], g, t)
+            want = want + sent
+        kv.pull(5, out=out)
+        assert np.array_equal(out.asnumpy(), want), (step, out.asnumpy(), want)
+    assert np.abs(want).max() > 0  # codes fired: the check above is not all zeros
+
+
+def test_gradient_compression_parameters_and_types():
+    kv = mx.kv.create("device")
+    with pytest.raises(MXNetError, match="Unknown type for gradient compression 3bit"):
+        kv.set_gradient_compression({"type": "3bit"})
+    with pytest.raises(MXNetError, match="threshold must be greater than 0"):
+        kv.set_gradient_compression({"type": "2bit", "threshold": -1})
+    # a refused setting changes nothing: the next push is summed exactly
+    kv.init(1, full(0))
+    kv.push(1, [full(0.3, ctx=CPUS[0]), full(0.3, ctx=CPUS[1])])
+    out = mx.nd.zeros(SHAPE)
+    kv.pull(1, out=out)
+    assert_all(out, np.float32(0.3) + np.float32(0.3))
