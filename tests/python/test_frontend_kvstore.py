@@ -335,3 +335,18 @@ def test_gradient_compression_parameters_and_types():
     out = mx.nd.zeros(SHAPE)
     kv.pull(1, out=out)
     assert_all(out, np.float32(0.3) + np.float32(0.3))
+
+
+@pytest.mark.skipif(IS_REFERENCE, reason="MXNet fails inside an engine op (its kernel's type "
+                    "check), and that error surfaces in later, unrelated tests of the same process")
+def test_compression_takes_float32_only():
+    """MXNet's 2bit kernels read float32 only. libkvstore refuses a compressed push of another
+    dtype with the reason and keeps the stored value."""
+    kv = mx.kv.create("device")
+    kv.set_gradient_compression({"type": "2bit"})
+    kv.init(1, full(5, dtype="float64"))
+    with pytest.raises(MXNetError, match="only supported for float32"):
+        kv.push(1, [full(1, ctx=CPUS[0], dtype="float64"), full(1, ctx=CPUS[1], dtype="float64")])
+    kept = full(0, dtype="float64")
+    kv.pull(1, out=kept)
+    assert_all(kept, 5)
