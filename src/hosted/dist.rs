@@ -2,17 +2,20 @@
 //! libkvstore's own MPI store underneath, fed from per-key staging arrays that are native
 //! arrays and host arrays at once (one memory, wrapped for the host with DLPack).
 //!
-//! The two engines do not know each other, so each hand-over waits on the calling thread:
-//! a push copies the values into the staging array with host ops, waits for them, then
-//! pushes the staging array natively; a pull waits for the host's users of the staging array
-//! and for the native pull, then copies staging -> output with a host op (the host's readers
-//! of the output are ordered after that copy by the host's engine). Correct, not fast: a push
-//! waits for the ops producing its values.
+//! The two engines do not know each other; each push and pull is one asynchronous op in the
+//! host's engine (`async_op`) that declares the host arrays it reads and writes, starts the
+//! native push or pull, and is completed by a native op ordered after the native side's use
+//! of the staging array. So the host orders everything around the staging array: a push runs
+//! after the ops producing its values, the next copy into the staging array waits for the
+//! native push to be done with it, and the copy out of a pulled staging array (and so the
+//! output's readers) waits for the native pull. Calls return at once; validation comes first,
+//! and a refused call queues nothing. Init is synchronous.
 //!
 //! A server's updater (Python's `kvstore_server` installs the pickled optimizer from the
 //! controller) gets host arrays over the server's own buffers, and the host's ops it queues
 //! are waited for before the server reads the stored value again.
 
+use super::async_op::{push_async, HostDone};
 use super::dlpack::HostArray;
 use super::host::Host;
 use super::key::{drop_source_for_test, Key};
@@ -20,11 +23,12 @@ use crate::ffi::{MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
 use crate::store::dist::Role;
 use crate::store::{IntUpdater, KVStore, Keys};
+use crate::engine::engine;
 use crate::{Context, DType, NDArray, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// MXNet's storage-type code of dense arrays.
 const DENSE: c_int = 0;
@@ -39,21 +43,77 @@ struct Staging {
     stages: Vec<HostArray>,
 }
 
-impl Staging {
-    /// Waits until neither engine uses the staging array (or its stage copies).
-    fn idle(&self, host: &Host) -> Result<()> {
-        host.wait_to_write(self.host.handle)?;
-        for s in &self.stages {
-            host.wait_to_write(s.handle)?;
-        }
-        self.native.wait_to_write()
+pub(super) struct HostedDist {
+    /// The only strong reference: the ops queued by pushes and pulls hold weak ones, so the
+    /// native store (whose drop runs the dist exit protocol) goes when the hosted store does.
+    native: Arc<KVStore>,
+    order: SumOrder,
+    staging: Mutex<HashMap<Key, Staging>>,
+    /// The failure of an asynchronous push or pull, for the next call to report.
+    failed: Arc<Mutex<Option<String>>>,
+}
+
+/// A sum of several pushed values into the staging array, run by the push's host op.
+struct Sum {
+    dtype: DType,
+    order: SumOrder,
+    dst: (*mut u8, usize),
+    srcs: Vec<(*const u8, usize)>,
+}
+
+// SAFETY: the pointers are into the staging array and its stage arrays, which the host op
+// running the sum declares (stages read, staging written) and which the store frees only
+// after waiting for that op.
+unsafe impl Send for Sum {}
+
+impl Sum {
+    fn run(self) {
+        // SAFETY: as above: while the op runs, no host op touches these arrays, and no native
+        // op touches the staging array (the previous push or pull of the key completed its
+        // host op only after its native part was done); the stages are distinct from it.
+        let (dst, srcs) = unsafe {
+            let dst = std::slice::from_raw_parts_mut(self.dst.0, self.dst.1);
+            let srcs: Vec<&[u8]> = self.srcs.iter().map(|&(p, n)| std::slice::from_raw_parts(p, n)).collect();
+            (dst, srcs)
+        };
+        crate::reduce::sum_into(self.dtype, self.order, dst, &srcs, 1);
     }
 }
 
-pub(super) struct HostedDist {
-    native: KVStore,
-    order: SumOrder,
-    staging: Mutex<HashMap<Key, Staging>>,
+/// Keeps `error` for the next call on the store, and says it now (the call that queued the
+/// op has returned).
+fn record(failed: &Mutex<Option<String>>, error: String) {
+    eprintln!("libkvstore: hosted dist store: {error}");
+    failed.lock().get_or_insert(error);
+}
+
+/// The completion of a pull's host op, run by a native op reading the staging array. Dropped
+/// without running (the native pull failed, and its failure is on the array), it reports
+/// that failure and still completes the host op.
+struct PullDone {
+    key: Key,
+    array: NDArray,
+    failed: Arc<Mutex<Option<String>>>,
+    done: Option<HostDone>,
+}
+
+impl PullDone {
+    fn finish(mut self) {
+        if let Some(d) = self.done.take() {
+            d.finish();
+        }
+    }
+}
+
+impl Drop for PullDone {
+    fn drop(&mut self) {
+        if let Some(d) = self.done.take() {
+            // Only reads the array, as the op this was for: it waits for nothing.
+            let why = self.array.wait_to_read().err().map_or_else(|| "it did not complete".to_string(), |e| e.message().to_string());
+            record(&self.failed, format!("the pull of key {} failed: {why}", self.key));
+            d.finish();
+        }
+    }
 }
 
 /// Runs `f` with `keys` as the native store's key list (one kind: the hosted store checked).
@@ -154,9 +214,10 @@ impl HostedDist {
     pub fn new(lower_name: &str) -> Result<HostedDist> {
         let order = if lower_name.contains("device") { SumOrder::Serial } else { SumOrder::CpuComm };
         Ok(HostedDist {
-            native: KVStore::new(lower_name)?,
+            native: Arc::new(KVStore::new(lower_name)?),
             order,
             staging: Mutex::new(HashMap::new()),
+            failed: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -196,6 +257,20 @@ impl HostedDist {
         Ok(())
     }
 
+    /// The failure of an earlier asynchronous push or pull, reported once, by the next call.
+    fn earlier_failure(&self) -> Result<()> {
+        match self.failed.lock().take() {
+            Some(e) => Err(crate::Error::new(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Push: validation on the calling thread (a refused call queues nothing); then per key
+    /// the host's `_copyto`s of the values into the staging array (one value) or its stage
+    /// arrays (several), and one asynchronous host op that reads them (and, summing several,
+    /// writes the staging array), sums, and hands the staging array to the native push. The
+    /// op completes when the native push has finished with the staging array (every server
+    /// has answered), so the host's next copy into it waits for that. Returns at once.
     pub fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let mut staging = self.staging.lock();
         let groups = group(keys, values);
@@ -214,12 +289,13 @@ impl HostedDist {
                 );
             }
         }
+        self.earlier_failure()?;
+        self.native.check_push_ready()?;
         for (k, vs) in groups {
             let Some(s) = staging.get_mut(&k) else { continue };
-            s.idle(host)?;
-            if let [v] = vs.as_slice() {
+            let (reads, writes, sum) = if let [v] = vs.as_slice() {
                 host.copy(*v, s.host.handle)?;
-                host.wait_to_write(s.host.handle)?;
+                (vec![s.host.handle], vec![], None)
             } else {
                 while s.stages.len() < vs.len() {
                     let stage = HostArray::new(host, s.dtype, &s.shape)?;
@@ -228,26 +304,47 @@ impl HostedDist {
                 for (v, stage) in vs.iter().zip(&s.stages) {
                     host.copy(*v, stage.handle)?;
                 }
-                for stage in &s.stages[..vs.len()] {
-                    host.wait_to_write(stage.handle)?;
-                }
                 let used = if drop_source_for_test() { vs.len() - 1 } else { vs.len() };
-                let srcs: Vec<&[u8]> = s.stages[..used]
-                    .iter()
-                    // SAFETY: each stage's host copy has completed (waited above) and no host
-                    // op uses it until the next push, which first waits for this one.
-                    .map(|st| unsafe { std::slice::from_raw_parts(st.ptr as *const u8, st.len) })
-                    .collect();
-                let (dtype, order) = (s.dtype, self.order);
-                s.native.write_bytes(|dst| crate::reduce::sum_into(dtype, order, dst, &srcs, 1));
-            }
-            with_native_keys(std::slice::from_ref(&k), |ks| {
-                self.native.push(ks, vec![s.native.clone()], priority)
+                let sum = Sum {
+                    dtype: s.dtype,
+                    order: self.order,
+                    dst: (s.host.ptr, s.host.len),
+                    srcs: s.stages[..used].iter().map(|st| (st.ptr as *const u8, st.len)).collect(),
+                };
+                let reads: Vec<NDArrayHandle> = s.stages[..vs.len()].iter().map(|st| st.handle).collect();
+                (reads, vec![s.host.handle], Some(sum))
+            };
+            let (native, failed, array) = (Arc::downgrade(&self.native), Arc::clone(&self.failed), s.native.clone());
+            let key = k.clone();
+            push_async(host, &reads, &writes, priority, c"KVStoreDistPush", move |done| {
+                if let Some(sum) = sum {
+                    sum.run();
+                }
+                let Some(native) = Weak::upgrade(&native) else { return };
+                let pushed = with_native_keys(std::slice::from_ref(&key), |ks| native.push(ks, vec![array.clone()], priority));
+                drop(native);
+                match pushed {
+                    // Declared as a write of the staging array: it runs once the native push,
+                    // which reads it until every server has answered, is done.
+                    Ok(()) => {
+                        let var = array.clone();
+                        engine().push_async(&[], &[var.var()], priority, move |_, native_done| {
+                            native_done.finish(Ok(()));
+                            done.finish();
+                            drop(array);
+                        })
+                    }
+                    Err(e) => record(&failed, format!("the push of key {key} failed: {}", e.message())),
+                }
             })?;
         }
         Ok(())
     }
 
+    /// Pull: validation on the calling thread; then per key one asynchronous host op writing
+    /// the staging array, which starts the native pull into it and completes when the native
+    /// write is done; then the host's `_copyto(staging -> out)` for each output, which the
+    /// host orders after that op (and the output's readers after the copy). Returns at once.
     pub fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
         let staging = self.staging.lock();
         let mut planned = Vec::new();
@@ -265,16 +362,29 @@ impl HostedDist {
             check_shape(k, s, &d, "pull output")?;
             planned.push((k.clone(), *o));
         }
+        self.earlier_failure()?;
         let (planned_keys, planned_outs): (Vec<Key>, Vec<NDArrayHandle>) = planned.into_iter().unzip();
         for (k, outs) in group(planned_keys, &planned_outs) {
             let Some(s) = staging.get(&k) else { continue };
-            // The host's earlier copies out of (and into) the staging array must be done
-            // before the native pull overwrites it.
-            host.wait_to_write(s.host.handle)?;
-            with_native_keys(std::slice::from_ref(&k), |ks| {
-                self.native.pull(ks, vec![s.native.clone()], priority, true)
+            let (native, failed, array) = (Arc::downgrade(&self.native), Arc::clone(&self.failed), s.native.clone());
+            let key = k.clone();
+            push_async(host, &[], &[s.host.handle], priority, c"KVStoreDistPull", move |done| {
+                let Some(native) = Weak::upgrade(&native) else { return };
+                let pulled = with_native_keys(std::slice::from_ref(&key), |ks| native.pull(ks, vec![array.clone()], priority, true));
+                drop(native);
+                if let Err(e) = pulled {
+                    return record(&failed, format!("the pull of key {key} failed: {}", e.message()));
+                }
+                // Declared as a read of the staging array: it runs once the native pull has
+                // written it. A failed native pull leaves its failure on the array, and this op
+                // then does not run: `PullDone` reports it.
+                let var = array.clone();
+                let guard = PullDone { key, array, failed, done: Some(done) };
+                engine().push_async(&[var.var()], &[], priority, move |_, native_done| {
+                    native_done.finish(Ok(()));
+                    guard.finish();
+                })
             })?;
-            s.native.wait_to_read()?;
             for o in outs {
                 host.copy(s.host.handle, o)?;
             }
@@ -325,8 +435,12 @@ impl HostedDist {
         let updater: Option<IntUpdater> = int.map(|f| {
             let user = user as usize;
             let call: IntUpdater = Arc::new(move |key: i32, recv: NDArray, local: NDArray| {
+                // A failure of the host's ops of the update (the updater's own Python errors
+                // are printed by ctypes and swallowed, as in MXNet) leaves the stored value
+                // unknown: the job stops with the reason instead of training on it (MXNet's
+                // server dies on the failed wait, leaving its workers waiting).
                 if let Err(e) = call_on_host(host, f, user, key, &recv, &local) {
-                    eprintln!("libkvstore: the hosted server's updater for key {key} failed: {}", e.message());
+                    crate::store::dist::abort_job(&format!("the hosted server's updater for key {key} failed in the host: {}", e.message()));
                 }
             });
             call
@@ -335,10 +449,16 @@ impl HostedDist {
         Ok(())
     }
 
-    /// Waits until no op uses the staging arrays, drops them, then the native store (whose
-    /// exit protocol runs then).
+    /// Waits until no op uses the staging arrays (a push's or pull's host op completes after
+    /// its native part), drops them, then the native store (whose exit protocol runs then).
     pub fn free(self, host: &Host) {
         let staging = self.staging.into_inner();
+        for s in staging.values().filter(|_| !super::shut_down()) {
+            let _ = host.wait_to_write(s.host.handle);
+            for st in &s.stages {
+                let _ = host.wait_to_write(st.handle);
+            }
+        }
         for (_, s) in staging {
             let _ = s.native.wait_to_write();
             s.host.free(host);

@@ -1,7 +1,7 @@
 //! The host library: `dlopen`ed privately (`RTLD_LOCAL`, so its symbols never preempt
 //! libkvstore's), its version checked, and the few functions the hosted store calls.
 
-use crate::ffi::{EngineFuncParamDeleter, EngineSyncFunc, NDArrayHandle};
+use crate::ffi::{EngineAsyncFunc, EngineFuncParamDeleter, EngineSyncFunc, NDArrayHandle};
 use crate::Result;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use std::ffi::{CStr, CString};
@@ -34,6 +34,20 @@ pub(crate) struct Api {
         *const c_void,
         c_int,
         *const c_char,
+    ) -> c_int,
+    pub push_async_nd: unsafe extern "C" fn(
+        EngineAsyncFunc,
+        *mut c_void,
+        EngineFuncParamDeleter,
+        *const c_void,
+        *mut NDArrayHandle,
+        c_int,
+        *mut NDArrayHandle,
+        c_int,
+        *const c_void,
+        c_int,
+        *const c_char,
+        bool,
     ) -> c_int,
     pub shallow_copy: unsafe extern "C" fn(NDArrayHandle, *mut NDArrayHandle) -> c_int,
     pub free: unsafe extern "C" fn(NDArrayHandle) -> c_int,
@@ -111,6 +125,7 @@ impl Host {
                 get_op_handle: symbol(&library, path, "NNGetOpHandle")?,
                 imperative_invoke: symbol(&library, path, "MXImperativeInvoke")?,
                 push_sync_nd: symbol(&library, path, "MXEnginePushSyncND")?,
+                push_async_nd: symbol(&library, path, "MXEnginePushAsyncND")?,
                 shallow_copy: symbol(&library, path, "MXShallowCopyNDArray")?,
                 free: symbol(&library, path, "MXNDArrayFree")?,
                 get_shape_ex: symbol(&library, path, "MXNDArrayGetShapeEx")?,

@@ -7,6 +7,7 @@
 //! `dlpack` wraps store-owned memory as host arrays, `store` is the store (`dist` its
 //! distributed part, over libkvstore's MPI store), `ffi` its exports.
 
+mod async_op;
 mod dist;
 mod dlpack;
 mod ffi;

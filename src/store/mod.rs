@@ -340,6 +340,12 @@ impl KVStore {
         self.dist.as_ref().map_or_else(|| self.comm.group_size(), |d| d.group_size())
     }
 
+    /// Refuses a push that the distributed store would refuse whatever its values
+    /// (`dist_async` without an updater on every server); `Ok` for local stores.
+    pub fn check_push_ready(&self) -> Result<()> {
+        self.dist.as_ref().map_or(Ok(()), |d| d.check_push_ready())
+    }
+
     /// Waits until every worker has reached the barrier (at once for local stores).
     pub fn barrier(&self) -> Result<()> {
         self.dist.as_ref().map_or_else(|| self.comm.barrier(), |d| d.barrier())

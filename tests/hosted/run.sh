@@ -155,6 +155,52 @@ if cmp -s "$out/pure.txt" "$out/hosted.txt"; then
   exit 1
 fi
 echo "hosted dist: the uncompressed control differs, as it must"
+# NaiveEngine: the hosted dist push and pull ops run inline and wait for their native part.
+rm -rf "$out/pslite" "$out/mpi"
+env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
+  --env MXNET_ENGINE_TYPE=NaiveEngine --output-dir "$out/pslite" "$py" tests/hosted/train.py mlp dist_sync 1 2 4 > /dev/null 2>&1 \
+  || { echo "hosted dist: the pure MXNet NaiveEngine job failed"; tail -5 "$out"/pslite/*.stderr; exit 1; }
+MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+  --env "KVSTORE_HOST_LIBRARY:$ref" --env MXNET_ENGINE_TYPE:NaiveEngine --output-dir "$out/mpi" \
+  "$py" tests/hosted/train.py mlp dist_sync 1 2 4 > "$out/mpirun.log" 2>&1 \
+  || { echo "hosted dist: the hosted NaiveEngine job failed"; tail -20 "$out/mpirun.log"; exit 1; }
+by_rank "$out"/pslite/worker.*.stdout > "$out/pure.txt"
+by_rank "$out"/mpi/1/rank.[12]/stdout > "$out/hosted.txt"
+cmp -s "$out/pure.txt" "$out/hosted.txt" \
+  || { echo "hosted dist: DIFFERENT (NaiveEngine): mlp dist_sync 1 2 4"; diff "$out/pure.txt" "$out/hosted.txt" | head -20; exit 1; }
+echo "identical (NaiveEngine, 2 workers, 1 server, $(wc -l < "$out/hosted.txt") lines): mlp dist_sync 1 2 4"
+# Ordering proofs of a dist_sync job (tests/hosted/dist_proof.py): pure MXNet, then hosted.
+rm -rf "$out/pslite" "$out/mpi"
+env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
+  --output-dir "$out/pslite" "$py" tests/hosted/dist_proof.py > /dev/null 2>&1 \
+  || { echo "hosted dist proofs: failed on pure MXNet"; cat "$out"/pslite/worker.*.stdout; exit 1; }
+MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+  --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/dist_proof.py > "$out/mpirun.log" 2>&1 \
+  || { echo "hosted dist proofs: FAILED"; cat "$out"/mpi/1/rank.[12]/stdout; tail -20 "$out/mpirun.log"; exit 1; }
+echo "hosted dist proofs (each worker):"; by_rank "$out"/mpi/1/rank.[12]/stdout
+# A server updater that fails (tests/hosted/failing_updater.py). In Python: ctypes prints the
+# traceback and the job goes on with the value unchanged, as pure MXNet's. In the host's
+# engine (a failing operator): pure MXNet's server dies on the failed wait; the hosted job
+# must stop at once with the reason (not hang, not go on).
+rm -rf "$out/pslite" "$out/mpi"
+env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
+  --output-dir "$out/pslite" "$py" tests/hosted/server_updater_failure.py python > /dev/null 2>&1 \
+  || { echo "hosted dist: the pure MXNet job with a raising updater failed"; exit 1; }
+MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+  --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/server_updater_failure.py python > "$out/mpirun.log" 2>&1 \
+  || { echo "hosted dist: the job with a raising updater failed"; tail -20 "$out/mpirun.log"; exit 1; }
+sort "$out"/pslite/worker.*.stdout > "$out/pure.txt"; sort "$out"/mpi/1/rank.[12]/stdout > "$out/hosted.txt"
+cmp -s "$out/pure.txt" "$out/hosted.txt" && grep -q "TypeError: the test's optimizer raises in Python" "$out"/mpi/1/rank.0/stderr \
+  || { echo "hosted dist: a raising updater: not as pure MXNet"; diff "$out/pure.txt" "$out/hosted.txt"; exit 1; }
+echo "hosted dist: an updater raising in Python is printed and the job goes on, as in pure MXNet: $(head -1 "$out/hosted.txt")"
+rm -rf "$out/mpi"; start=$SECONDS
+if MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+  --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/server_updater_failure.py host > "$out/mpirun.log" 2>&1; then
+  echo "hosted dist: a server updater failing in the host's engine did not fail the job" >&2; exit 1
+fi
+grep -q "the hosted server's updater for key 0 failed in the host" "$out/mpirun.log" && grep -q "the test's custom op fails" "$out/mpirun.log" && [ $((SECONDS - start)) -lt 90 ] \
+  || { echo "hosted dist: a failing server updater: no reason, or not fast ($((SECONDS - start)) s)"; tail -20 "$out/mpirun.log"; exit 1; }
+echo "hosted dist: a server updater failing in the host's engine stops the job with the reason ($((SECONDS - start)) s)"
 
 # A host that is not MXNet 1.9.x is refused, with the reason, on every call.
 cat > "$out/fake_host.c" <<'C'

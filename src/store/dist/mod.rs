@@ -105,6 +105,12 @@ impl DistStore {
         self.worker("push")?.push(keys, values, priority)
     }
 
+    /// Whether a push can be accepted now (`dist_async` needs an updater on every server):
+    /// for callers that push later, from another thread, and must refuse on the caller's.
+    pub fn check_push_ready(&self) -> Result<()> {
+        self.worker("push")?.check_servers_update()
+    }
+
     /// Pull.
     pub fn pull(&self, keys: Keys, outs: Vec<NDArray>, priority: i32, ignore_sparse: bool) -> Result<()> {
         self.worker("pull")?.pull(keys, outs, priority, ignore_sparse)
@@ -216,6 +222,13 @@ pub fn shutdown_unfreed_worker() {
     if let Some(w) = worker {
         w.shutdown();
     }
+}
+
+/// Ends the MPI job, `reason` on stderr: for a failure after which every process would wait
+/// for this one, or go on with a value it cannot trust.
+pub fn abort_job(reason: &str) {
+    eprintln!("libkvstore: {reason}; aborting the MPI job");
+    transport::abort_if_running(1);
 }
 
 /// Seconds the exit protocol may take before the job is aborted (`KVSTORE_DIST_EXIT_TIMEOUT`,

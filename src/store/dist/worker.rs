@@ -193,7 +193,7 @@ impl Worker {
     }
 
     /// dist_async: refuses pushes until every server has an updater (MXNet's servers abort).
-    fn check_servers_update(&self) -> Result<()> {
+    pub fn check_servers_update(&self) -> Result<()> {
         if self.mode.sync || self.state.lock().servers_update {
             return Ok(());
         }
