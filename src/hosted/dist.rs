@@ -13,14 +13,15 @@
 //! controller) gets host arrays over the server's own buffers, and the host's ops it queues
 //! are waited for before the server reads the stored value again.
 
+use super::dist_sparse::{self, SparseKeys};
 use super::dlpack::HostArray;
 use super::host::Host;
-use super::key::{drop_source_for_test, Key};
+use super::key::{drop_source_for_test, with_native_keys, Key};
 use crate::ffi::{MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
 use crate::store::dist::Role;
-use crate::store::{IntUpdater, KVStore, Keys};
-use crate::{Context, DType, NDArray, Result};
+use crate::store::{IntUpdater, KVStore};
+use crate::{Context, DType, NDArray, Result, StorageType};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
@@ -54,29 +55,8 @@ pub(super) struct HostedDist {
     native: KVStore,
     order: SumOrder,
     staging: Mutex<HashMap<Key, Staging>>,
-}
-
-/// Runs `f` with `keys` as the native store's key list (one kind: the hosted store checked).
-fn with_native_keys<R>(keys: &[Key], f: impl FnOnce(Keys) -> R) -> R {
-    if matches!(keys.first(), Some(Key::Str(_))) {
-        let names: Vec<&str> = keys
-            .iter()
-            .map(|k| match k {
-                Key::Str(s) => s.as_str(),
-                Key::Int(_) => "",
-            })
-            .collect();
-        f(Keys::Str(&names))
-    } else {
-        let ints: Vec<i32> = keys
-            .iter()
-            .map(|k| match k {
-                Key::Int(i) => *i,
-                Key::Str(_) => i32::MIN,
-            })
-            .collect();
-        f(Keys::Int(&ints))
-    }
+    /// The row_sparse keys (dist_sparse.rs).
+    sparse: SparseKeys,
 }
 
 struct Described {
@@ -89,7 +69,7 @@ fn dense(host: &Host, key: &Key, array: NDArrayHandle, what: &str) -> Result<Des
     let (shape, dtype, stype) = host.describe(array)?;
     crate::ensure!(
         stype == DENSE,
-        "key {key}: the hosted distributed store serves dense values only; the {what} has storage type {stype} (row_sparse in a hosted dist store is later work)"
+        "key {key}: the hosted distributed store keeps dense and row_sparse values; the {what} has storage type {stype}"
     );
     Ok(Described {
         shape,
@@ -124,6 +104,11 @@ fn group(keys: Vec<Key>, handles: &[NDArrayHandle]) -> Vec<(Key, Vec<NDArrayHand
 /// then the host's ops of the update (the optimizer's, queued in the host's engine) are waited
 /// for, because the server reads `local` natively as soon as this returns.
 fn call_on_host(host: &Host, f: UpdaterFn, user: usize, key: i32, recv: &NDArray, local: &NDArray) -> Result<()> {
+    if recv.stype() == StorageType::RowSparse || local.stype() == StorageType::RowSparse {
+        // SAFETY: the callback the frontend installed with this signature; it owns (and
+        // frees) the two new handles.
+        return dist_sparse::update_on_host(host, recv, local, |r, l| unsafe { f(key, r, l, user as *mut c_void) });
+    }
     let recv_host = HostArray::over_native(host, recv)?;
     let local_host = HostArray::over_native(host, local);
     let local_host = match local_host {
@@ -157,11 +142,15 @@ impl HostedDist {
             native: KVStore::new(lower_name)?,
             order,
             staging: Mutex::new(HashMap::new()),
+            sparse: SparseKeys::default(),
         })
     }
 
     pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
         let mut staging = self.staging.lock();
+        if self.sparse.init(host, &self.native, &keys, values, |k| staging.contains_key(k))? {
+            return Ok(());
+        }
         let mut made = Vec::with_capacity(keys.len());
         for (k, v) in keys.iter().zip(values) {
             crate::ensure!(
@@ -198,6 +187,8 @@ impl HostedDist {
 
     pub fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let mut staging = self.staging.lock();
+        let (keys, values, sparse) = self.sparse.plan_push(host, keys, values, |k| staging.contains_key(k))?;
+        let values = values.as_slice();
         let groups = group(keys, values);
         for (k, vs) in &groups {
             let s = staging
@@ -245,11 +236,13 @@ impl HostedDist {
                 self.native.push(ks, vec![s.native.clone()], priority)
             })?;
         }
-        Ok(())
+        sparse.run(&self.native, priority)
     }
 
     pub fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
         let staging = self.staging.lock();
+        let (keys, outs) = self.sparse.plan_pull(host, keys, outs, ignore_sparse, |k| staging.contains_key(k))?;
+        let outs = outs.as_slice();
         let mut planned = Vec::new();
         for (k, o) in keys.iter().zip(outs) {
             let s = staging
@@ -280,6 +273,11 @@ impl HostedDist {
             }
         }
         Ok(())
+    }
+
+    pub fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle]) -> Result<()> {
+        let staging = self.staging.lock();
+        self.sparse.pull_row_sparse(host, &self.native, keys, outs, row_ids, |k| staging.contains_key(k))
     }
 
     pub fn rank(&self) -> i32 {

@@ -8,6 +8,7 @@
 //! distributed part, over libkvstore's MPI store), `ffi` its exports.
 
 mod dist;
+mod dist_sparse;
 mod dlpack;
 mod ffi;
 mod host;

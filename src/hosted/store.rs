@@ -578,10 +578,10 @@ impl HostedStore {
         outs: &[NDArrayHandle],
         row_ids: &[NDArrayHandle],
     ) -> Result<()> {
-        crate::ensure!(
-            self.dist.is_none(),
-            "row_sparse_pull is not supported by the hosted distributed store yet (dense values only)"
-        );
+        if let Some(d) = &self.dist {
+            self.state.lock().check_key_type(&keys)?;
+            return d.pull_row_sparse(host, keys, outs, row_ids);
+        }
         let state = self.state.lock();
         state.check_key_type(&keys)?;
         let mut planned = Vec::with_capacity(outs.len());
