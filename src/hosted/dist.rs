@@ -275,6 +275,11 @@ impl HostedDist {
         Ok(())
     }
 
+    pub fn check_push_pull(&self, host: &Host, vkeys: &[Key], values: &[NDArrayHandle], okeys: &[Key], outs: &[NDArrayHandle]) -> Result<()> {
+        self.sparse.check_push_pull(host, vkeys, values)?;
+        self.sparse.check_push_pull(host, okeys, outs)
+    }
+
     pub fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle]) -> Result<()> {
         let staging = self.staging.lock();
         self.sparse.pull_row_sparse(host, &self.native, keys, outs, row_ids, |k| staging.contains_key(k))

@@ -393,6 +393,24 @@ impl SparseKeys {
         Ok((dense_keys, dense_outs))
     }
 
+    /// `PushPull` (a push, then a pull) takes dense values of dense keys only, as MXNet's and
+    /// libkvstore's distributed stores: refused before the push when a row_sparse key, value
+    /// or output takes part.
+    pub fn check_push_pull(&self, host: &Host, keys: &[Key], arrays: &[NDArrayHandle]) -> Result<()> {
+        let held = self.keys.lock();
+        for (k, a) in keys.iter().zip(arrays) {
+            crate::ensure!(
+                !held.contains_key(k),
+                "key {k}: row_sparse keys of distributed stores are read with PullRowSparse (push-pull is not supported for them)"
+            );
+            crate::ensure!(
+                describe(host, *a)?.stype == DENSE,
+                "key {k}: push-pull of a distributed store takes default storage values and outputs only"
+            );
+        }
+        Ok(())
+    }
+
     /// `PullRowSparse`: each output becomes the key's rows named by its row ids (any shape
     /// and dtype; sorted and deduplicated), cast to the output's dtype.
     pub fn pull_row_sparse(

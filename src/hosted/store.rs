@@ -433,6 +433,15 @@ impl HostedStore {
         Ok(())
     }
 
+    /// `PushPull` is a push, then a pull: a distributed store first refuses what its pull
+    /// would (row_sparse keys), so a refused call pushes nothing.
+    pub fn check_push_pull(&self, host: &Host, vkeys: &[Key], values: &[NDArrayHandle], okeys: &[Key], outs: &[NDArrayHandle]) -> Result<()> {
+        match &self.dist {
+            Some(d) => d.check_push_pull(host, vkeys, values, okeys, outs),
+            None => Ok(()),
+        }
+    }
+
     pub fn push(
         &self,
         host: &Host,

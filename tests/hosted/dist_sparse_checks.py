@@ -57,6 +57,8 @@ refused("a dense push to a row_sparse key", lambda: kv.push("w", mx.nd.ones(shap
 refused("a row_sparse push to a dense key", lambda: kv.push("d", rows({0: 1})), "to a default key")
 refused("a row_sparse push of another shape", lambda: kv.push("w", mx.nd.ones((5, 3)).tostype("row_sparse")), "shape mismatch")
 refused("a row_sparse push of another dtype", lambda: kv.push("w", rows({0: 1}, "float64")), "dtype mismatch")
+refused("a push-pull of a row_sparse key", lambda: kv.pushpull("w", rows({0: 1}), out=rows({})), "push-pull is not supported")
+refused("a push-pull into a row_sparse output", lambda: kv.pushpull("d", mx.nd.ones(shape), out=rows({})), "default storage values and outputs only")
 refused("a push to a row_sparse key never inited", lambda: kv.push("nope", rows({0: 1})), "has not been inited")
 
 out = mx.nd.full(shape, 7)
