@@ -148,9 +148,11 @@ impl HostedDist {
 
     pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
         let mut staging = self.staging.lock();
-        if self.sparse.init(host, &self.native, &keys, values, |k| staging.contains_key(k))? {
-            return Ok(());
+        let (keys, values, sparse) = self.sparse.plan_init(host, keys, values, |k| staging.contains_key(k))?;
+        if keys.is_empty() && !sparse.is_empty() {
+            return sparse.run(&self.native);
         }
+        let values = values.as_slice();
         let mut made = Vec::with_capacity(keys.len());
         for (k, v) in keys.iter().zip(values) {
             crate::ensure!(
@@ -182,7 +184,7 @@ impl HostedDist {
             s.native.wait_to_write()?;
             staging.insert(k.clone(), s);
         }
-        Ok(())
+        sparse.run(&self.native)
     }
 
     pub fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {

@@ -245,6 +245,35 @@ fn describe(host: &Host, array: NDArrayHandle) -> Result<Described> {
     })
 }
 
+/// The row_sparse part of one init, crossed over and checked; [`SparseInit::run`] inits it.
+#[must_use]
+pub(super) struct SparseInit<'a> {
+    keys: Vec<Key>,
+    values: Vec<NDArray>,
+    held: Vec<SparseKey>,
+    into: &'a SparseKeys,
+}
+
+impl SparseInit<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Inits the row_sparse keys in libkvstore's store (worker 0 sends the values; every
+    /// worker meets at its barrier) and records them.
+    pub fn run(self, native: &KVStore) -> Result<()> {
+        if self.keys.is_empty() {
+            return Ok(());
+        }
+        with_native_keys(&self.keys, |ks| native.init(ks, &self.values))?;
+        let mut held = self.into.keys.lock();
+        for (k, s) in self.keys.into_iter().zip(self.held) {
+            held.insert(k, s);
+        }
+        Ok(())
+    }
+}
+
 /// The row_sparse part of one push, crossed over and checked; [`SparsePush::run`] pushes it.
 #[must_use]
 pub(super) struct SparsePush {
@@ -263,53 +292,43 @@ impl SparsePush {
 }
 
 impl SparseKeys {
-    /// `Init`. Returns `false` (and does nothing) when no value is row_sparse: the dense part
-    /// inits those. `is_dense` tells the keys the dense part holds.
-    pub fn init(
+    /// Splits an init: the row_sparse values are checked and crossed over now (inited by the
+    /// returned [`SparseInit`]); the dense ones are handed back. `is_dense` tells the keys
+    /// the dense part holds.
+    pub fn plan_init(
         &self,
         host: &Host,
-        native: &KVStore,
-        keys: &[Key],
+        keys: Vec<Key>,
         values: &[NDArrayHandle],
         is_dense: impl Fn(&Key) -> bool,
-    ) -> Result<bool> {
-        let mut held = self.keys.lock();
-        let mut described = Vec::with_capacity(values.len());
-        for v in values {
-            described.push(describe(host, *v)?);
-        }
-        let sparse = described.iter().filter(|d| d.stype == ROW_SPARSE).count();
-        if sparse == 0 {
-            if let Some(k) = keys.iter().find(|k| held.contains_key(*k)) {
-                crate::bail!("key {k} has already been inited");
+    ) -> Result<(Vec<Key>, Vec<NDArrayHandle>, SparseInit<'_>)> {
+        let held = self.keys.lock();
+        let (mut dense_keys, mut dense_values) = (Vec::new(), Vec::new());
+        let mut planned = Vec::new();
+        for (i, (k, v)) in keys.iter().zip(values).enumerate() {
+            crate::ensure!(!held.contains_key(k) && !keys[..i].contains(k), "key {k} has already been inited");
+            let d = describe(host, *v)?;
+            if d.stype != ROW_SPARSE {
+                dense_keys.push(k.clone());
+                dense_values.push(*v);
+                continue;
             }
-            return Ok(false);
-        }
-        if sparse < described.len() {
-            let k = keys.iter().zip(&described).find(|(_, d)| d.stype == ROW_SPARSE).map(|(k, _)| k.to_string());
-            crate::bail!(
-                "one init of a hosted distributed store takes dense or row_sparse values, not both: init the row_sparse key {} in its own call",
-                k.unwrap_or_default()
-            );
-        }
-        let mut natives = Vec::with_capacity(values.len());
-        for (i, ((k, v), d)) in keys.iter().zip(values).zip(&described).enumerate() {
-            crate::ensure!(
-                !held.contains_key(k) && !is_dense(k) && !keys[..i].contains(k),
-                "key {k} has already been inited"
-            );
+            crate::ensure!(!is_dense(k), "key {k} has already been inited");
             crate::ensure!(
                 d.shape.len() >= 2 && row_len(&d.shape) > 0,
                 "key {k}: a row_sparse value needs rows of at least one element"
             );
-            let rows = host_rows(host, *v, d.dtype, &d.shape)?;
-            natives.push(native_array(&d.shape, d.dtype, rows)?);
+            planned.push((k.clone(), *v, d));
         }
-        with_native_keys(keys, |ks| native.init(ks, &natives))?;
-        for (k, d) in keys.iter().zip(described) {
-            held.insert(k.clone(), SparseKey { shape: d.shape, dtype: d.dtype });
+        drop(held);
+        let mut init = SparseInit { keys: Vec::new(), values: Vec::new(), held: Vec::new(), into: self };
+        for (k, v, d) in planned {
+            let rows = host_rows(host, v, d.dtype, &d.shape)?;
+            init.values.push(native_array(&d.shape, d.dtype, rows)?);
+            init.keys.push(k);
+            init.held.push(SparseKey { shape: d.shape, dtype: d.dtype });
         }
-        Ok(true)
+        Ok((dense_keys, dense_values, init))
     }
 
     /// Splits a push: the row_sparse keys' values are checked and crossed over now (pushed
