@@ -38,6 +38,14 @@ jobs=(
 hosted_pending=(
   "dist_sync_kvstore.py --type compressed_cpu --nrepeat 3|hosted gradient compression is not on this branch yet (MXKVStoreSetGradientCompression is refused in hosted mode)"
 )
+# More of dist_sync_kvstore.py, run in hosted mode only (native libkvstore lacks operators they
+# use, e.g. `_arange`): Gluon's sparse and dense Trainer steps on the store (row_sparse weights
+# pulled inside autograd.record()) and its invalid-operation checks.
+hosted_extra=(
+  "dist_sync_kvstore.py --type gluon_sparse_step_cpu"
+  "dist_sync_kvstore.py --type gluon_step_cpu"
+  "dist_sync_kvstore.py --type invalid_cpu"
+)
 work=$(mktemp -d "${TMPDIR:-/tmp}/dist-python-XXXXXX")
 
 run_reference() {
@@ -83,7 +91,7 @@ run_hosted() {
   command -v mpirun >/dev/null || { skip_or_fail "mpirun not found (apt-get install openmpi-bin)"; return 0; }
   cargo build --release --quiet --workspace
   local i=0 pending
-  for job in "${jobs[@]}"; do
+  for job in "${jobs[@]}" "${hosted_extra[@]}"; do
     i=$((i + 1))
     pending=
     for p in "${hosted_pending[@]}"; do
