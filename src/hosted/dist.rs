@@ -16,15 +16,16 @@
 //! are waited for before the server reads the stored value again.
 
 use super::async_op::{push_async, HostDone};
+use super::dist_sparse::{self, SparseKeys};
 use super::dlpack::HostArray;
 use super::host::Host;
-use super::key::{drop_source_for_test, Key};
+use super::key::{drop_source_for_test, with_native_keys, Key};
 use crate::ffi::{MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
 use crate::store::dist::Role;
-use crate::store::{IntUpdater, KVStore, Keys};
 use crate::engine::engine;
-use crate::{Context, DType, NDArray, Result};
+use crate::store::{IntUpdater, KVStore};
+use crate::{Context, DType, NDArray, Result, StorageType};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
@@ -51,6 +52,8 @@ pub(super) struct HostedDist {
     staging: Mutex<HashMap<Key, Staging>>,
     /// The failure of an asynchronous push or pull, for the next call to report.
     failed: Arc<Mutex<Option<String>>>,
+    /// The row_sparse keys (dist_sparse.rs).
+    sparse: SparseKeys,
 }
 
 /// A sum of several pushed values into the staging array, run by the push's host op.
@@ -116,29 +119,6 @@ impl Drop for PullDone {
     }
 }
 
-/// Runs `f` with `keys` as the native store's key list (one kind: the hosted store checked).
-fn with_native_keys<R>(keys: &[Key], f: impl FnOnce(Keys) -> R) -> R {
-    if matches!(keys.first(), Some(Key::Str(_))) {
-        let names: Vec<&str> = keys
-            .iter()
-            .map(|k| match k {
-                Key::Str(s) => s.as_str(),
-                Key::Int(_) => "",
-            })
-            .collect();
-        f(Keys::Str(&names))
-    } else {
-        let ints: Vec<i32> = keys
-            .iter()
-            .map(|k| match k {
-                Key::Int(i) => *i,
-                Key::Str(_) => i32::MIN,
-            })
-            .collect();
-        f(Keys::Int(&ints))
-    }
-}
-
 struct Described {
     shape: Vec<i64>,
     dtype: DType,
@@ -149,7 +129,7 @@ fn dense(host: &Host, key: &Key, array: NDArrayHandle, what: &str) -> Result<Des
     let (shape, dtype, stype) = host.describe(array)?;
     crate::ensure!(
         stype == DENSE,
-        "key {key}: the hosted distributed store serves dense values only; the {what} has storage type {stype} (row_sparse in a hosted dist store is later work)"
+        "key {key}: the hosted distributed store keeps dense and row_sparse values; the {what} has storage type {stype}"
     );
     Ok(Described {
         shape,
@@ -184,6 +164,11 @@ fn group(keys: Vec<Key>, handles: &[NDArrayHandle]) -> Vec<(Key, Vec<NDArrayHand
 /// then the host's ops of the update (the optimizer's, queued in the host's engine) are waited
 /// for, because the server reads `local` natively as soon as this returns.
 fn call_on_host(host: &Host, f: UpdaterFn, user: usize, key: i32, recv: &NDArray, local: &NDArray) -> Result<()> {
+    if recv.stype() == StorageType::RowSparse || local.stype() == StorageType::RowSparse {
+        // SAFETY: the callback the frontend installed with this signature; it owns (and
+        // frees) the two new handles.
+        return dist_sparse::update_on_host(host, recv, local, |r, l| unsafe { f(key, r, l, user as *mut c_void) });
+    }
     let recv_host = HostArray::over_native(host, recv)?;
     let local_host = HostArray::over_native(host, local);
     let local_host = match local_host {
@@ -218,11 +203,17 @@ impl HostedDist {
             order,
             staging: Mutex::new(HashMap::new()),
             failed: Arc::new(Mutex::new(None)),
+            sparse: SparseKeys::default(),
         })
     }
 
     pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
         let mut staging = self.staging.lock();
+        let (keys, values, sparse) = self.sparse.plan_init(host, keys, values, |k| staging.contains_key(k))?;
+        if keys.is_empty() && !sparse.is_empty() {
+            return sparse.run(&self.native);
+        }
+        let values = values.as_slice();
         let mut made = Vec::with_capacity(keys.len());
         for (k, v) in keys.iter().zip(values) {
             crate::ensure!(
@@ -254,7 +245,7 @@ impl HostedDist {
             s.native.wait_to_write()?;
             staging.insert(k.clone(), s);
         }
-        Ok(())
+        sparse.run(&self.native)
     }
 
     /// The failure of an earlier asynchronous push or pull, reported once, by the next call.
@@ -273,6 +264,8 @@ impl HostedDist {
     /// has answered), so the host's next copy into it waits for that. Returns at once.
     pub fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let mut staging = self.staging.lock();
+        let (keys, values, sparse) = self.sparse.plan_push(host, keys, values, |k| staging.contains_key(k))?;
+        let values = values.as_slice();
         let groups = group(keys, values);
         for (k, vs) in &groups {
             let s = staging
@@ -338,7 +331,7 @@ impl HostedDist {
                 }
             })?;
         }
-        Ok(())
+        sparse.run(&self.native, priority)
     }
 
     /// Pull: validation on the calling thread; then per key one asynchronous host op writing
@@ -347,6 +340,8 @@ impl HostedDist {
     /// host orders after that op (and the output's readers after the copy). Returns at once.
     pub fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
         let staging = self.staging.lock();
+        let (keys, outs) = self.sparse.plan_pull(host, keys, outs, ignore_sparse, |k| staging.contains_key(k))?;
+        let outs = outs.as_slice();
         let mut planned = Vec::new();
         for (k, o) in keys.iter().zip(outs) {
             let s = staging
@@ -390,6 +385,16 @@ impl HostedDist {
             }
         }
         Ok(())
+    }
+
+    pub fn check_push_pull(&self, host: &Host, vkeys: &[Key], values: &[NDArrayHandle], okeys: &[Key], outs: &[NDArrayHandle]) -> Result<()> {
+        self.sparse.check_push_pull(host, vkeys, values)?;
+        self.sparse.check_push_pull(host, okeys, outs)
+    }
+
+    pub fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle]) -> Result<()> {
+        let staging = self.staging.lock();
+        self.sparse.pull_row_sparse(host, &self.native, keys, outs, row_ids, |k| staging.contains_key(k))
     }
 
     pub fn rank(&self) -> i32 {

@@ -52,7 +52,7 @@ unsafe extern "C" fn release(managed: *mut DLManagedTensor) {
 }
 
 /// DLPack's (code, bits) for the dtypes hosted mode stores.
-fn dl_type(dtype: DType) -> Result<(u8, u8)> {
+pub(super) fn dl_type(dtype: DType) -> Result<(u8, u8)> {
     const INT: u8 = 0;
     const UINT: u8 = 1;
     const FLOAT: u8 = 2;

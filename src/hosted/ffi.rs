@@ -239,19 +239,11 @@ extern "C" fn MXKVStorePushPull(
 ) -> c_int {
     call("MXKVStorePushPull", |h| {
         let s = store(handle)?;
-        s.check_push_pull()?;
-        s.push(
-            h,
-            int_keys(vkeys, vnum)?,
-            handles(vals, vnum, "vals")?,
-            priority,
-        )?;
-        s.pull(
-            h,
-            int_keys(okeys, onum)?,
-            handles(outs, onum, "outs")?,
-            true,
-        )
+        let (vkeys, vals) = (int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?);
+        let (okeys, outs) = (int_keys(okeys, onum)?, handles(outs, onum, "outs")?);
+        s.check_push_pull(h, &vkeys, vals, &okeys, outs)?;
+        s.push(h, vkeys, vals, priority)?;
+        s.pull(h, okeys, outs, true)
     })
 }
 extern "C" fn MXKVStorePushPullEx(
@@ -266,19 +258,11 @@ extern "C" fn MXKVStorePushPullEx(
 ) -> c_int {
     call("MXKVStorePushPullEx", |h| {
         let s = store(handle)?;
-        s.check_push_pull()?;
-        s.push(
-            h,
-            str_keys(vkeys, vnum)?,
-            handles(vals, vnum, "vals")?,
-            priority,
-        )?;
-        s.pull(
-            h,
-            str_keys(okeys, onum)?,
-            handles(outs, onum, "outs")?,
-            true,
-        )
+        let (vkeys, vals) = (str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?);
+        let (okeys, outs) = (str_keys(okeys, onum)?, handles(outs, onum, "outs")?);
+        s.check_push_pull(h, &vkeys, vals, &okeys, outs)?;
+        s.push(h, vkeys, vals, priority)?;
+        s.pull(h, okeys, outs, true)
     })
 }
 extern "C" fn MXKVStoreBroadcast(

@@ -72,6 +72,7 @@ pub(crate) struct Api {
     ) -> c_int,
     pub sync_copy_to_cpu: unsafe extern "C" fn(NDArrayHandle, *mut c_void, usize) -> c_int,
     pub wait_all: unsafe extern "C" fn() -> c_int,
+    pub set_is_recording: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
     pub notify_shutdown: unsafe extern "C" fn() -> c_int,
 }
 
@@ -136,6 +137,7 @@ impl Host {
                 create_sparse_ex: symbol(&library, path, "MXNDArrayCreateSparseEx")?,
                 sync_copy_to_cpu: symbol(&library, path, "MXNDArraySyncCopyToCPU")?,
                 wait_all: symbol(&library, path, "MXNDArrayWaitAll")?,
+                set_is_recording: symbol(&library, path, "MXAutogradSetIsRecording")?,
                 notify_shutdown: symbol(&library, path, "MXNotifyShutdown")?,
             }
         };
@@ -199,6 +201,10 @@ impl Host {
 
     /// One host operator with the given inputs and string parameters, written into `dst`
     /// (an array the caller holds): one host engine op reading the inputs, writing `dst`.
+    /// Autograd does not record it: a store's copies are not part of the caller's graph (MXNet's
+    /// own store copies with `CopyFromTo`, outside autograd), and Gluon pulls row_sparse
+    /// weights inside `autograd.record()`, into arrays already in the graph, which a recorded
+    /// op may not write.
     pub fn invoke(
         &self,
         op: usize,
@@ -213,6 +219,10 @@ impl Host {
         let mut num_outputs: c_int = 1;
         let keys: Vec<*const c_char> = params.iter().map(|(k, _)| k.as_ptr()).collect();
         let values: Vec<*const c_char> = params.iter().map(|(_, v)| v.as_ptr()).collect();
+        let mut recording: c_int = 0;
+        // SAFETY: MXAutogradSetIsRecording sets the calling thread's flag and returns the old
+        // one through a live local.
+        let paused = unsafe { (self.api.set_is_recording)(0, &mut recording) } == 0;
         // SAFETY: MXImperativeInvoke with live input handles, one caller-provided output and
         // NUL-terminated parameters; every pointer is a live local for the call.
         let rc = unsafe {
@@ -227,6 +237,11 @@ impl Host {
                 values.as_ptr(),
             )
         };
+        if paused && recording != 0 {
+            let mut previous: c_int = 0;
+            // SAFETY: as above: the thread's flag goes back to what it was.
+            unsafe { (self.api.set_is_recording)(recording, &mut previous) };
+        }
         self.check(rc, name)
     }
 

@@ -22,3 +22,26 @@ pub(super) fn drop_source_for_test() -> bool {
     static DROP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DROP.get_or_init(|| std::env::var("KVSTORE_HOSTED_TEST_DROP_SOURCE").is_ok_and(|v| v == "1"))
 }
+
+/// Runs `f` with `keys` as libkvstore's own key list (one kind: the hosted store checked).
+pub(super) fn with_native_keys<R>(keys: &[Key], f: impl FnOnce(crate::store::Keys) -> R) -> R {
+    if matches!(keys.first(), Some(Key::Str(_))) {
+        let names: Vec<&str> = keys
+            .iter()
+            .map(|k| match k {
+                Key::Str(s) => s.as_str(),
+                Key::Int(_) => "",
+            })
+            .collect();
+        f(crate::store::Keys::Str(&names))
+    } else {
+        let ints: Vec<i32> = keys
+            .iter()
+            .map(|k| match k {
+                Key::Int(i) => *i,
+                Key::Str(_) => i32::MIN,
+            })
+            .collect();
+        f(crate::store::Keys::Int(&ints))
+    }
+}

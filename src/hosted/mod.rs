@@ -5,10 +5,12 @@
 //!
 //! `host` loads the library and checks its version, `routing` fills the slot table,
 //! `dlpack` wraps store-owned memory as host arrays, `store` is the store (`dist` its
-//! distributed part, over libkvstore's MPI store), `ffi` its exports.
+//! distributed part, over libkvstore's MPI store, `dist_sparse` that part's row_sparse keys),
+//! `ffi` its exports.
 
 mod async_op;
 mod dist;
+mod dist_sparse;
 mod dlpack;
 mod ffi;
 mod host;

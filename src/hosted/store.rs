@@ -494,6 +494,20 @@ impl HostedStore {
         Ok(())
     }
 
+    /// `PushPull` is a push, then a pull: a distributed store first refuses what its pull
+    /// would (row_sparse keys), and what MXNet's dist workers refuse once gradient compression
+    /// is set (their push-and-pull message has no compressed form), so a refused call pushes
+    /// nothing.
+    pub fn check_push_pull(&self, host: &Host, vkeys: &[Key], values: &[NDArrayHandle], okeys: &[Key], outs: &[NDArrayHandle]) -> Result<()> {
+        match &self.dist {
+            Some(d) => {
+                crate::ensure!(self.state.lock().compression.is_none(), "Compression not supported with PushPull");
+                d.check_push_pull(host, vkeys, values, okeys, outs)
+            }
+            None => Ok(()),
+        }
+    }
+
     pub fn push(
         &self,
         host: &Host,
@@ -666,10 +680,10 @@ impl HostedStore {
         outs: &[NDArrayHandle],
         row_ids: &[NDArrayHandle],
     ) -> Result<()> {
-        crate::ensure!(
-            self.dist.is_none(),
-            "row_sparse_pull is not supported by the hosted distributed store yet (dense values only)"
-        );
+        if let Some(d) = &self.dist {
+            self.state.lock().check_key_type(&keys)?;
+            return d.pull_row_sparse(host, keys, outs, row_ids);
+        }
         let state = self.state.lock();
         state.check_key_type(&keys)?;
         let mut planned = Vec::with_capacity(outs.len());
@@ -770,16 +784,6 @@ impl HostedStore {
             d.set_gradient_compression(params)?;
         }
         self.state.lock().compression = Some(gc);
-        Ok(())
-    }
-
-    /// A PushPull is a push then a pull, except that MXNet's dist workers refuse it once
-    /// gradient compression is set (their push-and-pull message has no compressed form).
-    pub fn check_push_pull(&self) -> Result<()> {
-        crate::ensure!(
-            self.dist.is_none() || self.state.lock().compression.is_none(),
-            "Compression not supported with PushPull"
-        );
         Ok(())
     }
 

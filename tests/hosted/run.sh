@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hosted mode on the reference wheel: unchanged training scripts (tests/hosted/train.py) run on
 # pure MXNet and in hosted mode, stdout compared byte for byte; a negative control that must
-# make the comparison fail; the proofs (tests/hosted/proof.py); the refusal of a non-1.9 host.
+# make the comparison fail; the proofs (tests/hosted/proof.py); the distributed section (training
+# comparisons on ps-lite and hosted MPI, row_sparse checks); the refusal of a non-1.9 host.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ref="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
@@ -201,6 +202,35 @@ fi
 grep -q "the hosted server's updater for key 0 failed in the host" "$out/mpirun.log" && grep -q "the test's custom op fails" "$out/mpirun.log" && [ $((SECONDS - start)) -lt 90 ] \
   || { echo "hosted dist: a failing server updater: no reason, or not fast ($((SECONDS - start)) s)"; tail -20 "$out/mpirun.log"; exit 1; }
 echo "hosted dist: a server updater failing in the host's engine stops the job with the reason ($((SECONDS - start)) s)"
+
+# row_sparse keys of a dist_sync store (tests/hosted/dist_sparse_checks.py): pure MXNet runs the
+# calls it allows, so the expected results are MXNet's; hosted runs them too, plus the bad calls,
+# each of which must be refused without changing an output or the servers' rounds.
+rm -rf "$out/pslite" "$out/mpi"
+env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
+  --output-dir "$out/pslite" "$py" tests/hosted/dist_sparse_checks.py --valid-only > /dev/null 2>&1 \
+  || { echo "hosted dist: the pure MXNet row_sparse checks failed"; tail -20 "$out"/pslite/worker.*.stderr; exit 1; }
+MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+  --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/dist_sparse_checks.py > "$out/mpirun.log" 2>&1 \
+  || { echo "hosted dist: the row_sparse checks failed"; tail -20 "$out"/mpi/1/rank.[12]/stderr; exit 1; }
+[ "$(cat "$out"/pslite/worker.*.stdout "$out"/mpi/1/rank.[12]/stdout | grep -c 'all row_sparse checks passed')" = 4 ] \
+  || { echo "hosted dist: the row_sparse checks did not finish on every worker"; exit 1; }
+echo "hosted dist: row_sparse checks pass on pure MXNet (the calls it allows, $(grep -c '^ok' "$out"/pslite/worker.0.stdout) checks) and hosted ($(grep -c '^ok\|^refused' "$out"/mpi/1/rank.1/stdout) checks)"
+
+# row_sparse pushes to a dist_async store, optimizer on the server: order-independent sums, so
+# pure MXNet and hosted must print the same.
+rm -rf "$out/pslite" "$out/mpi"
+env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
+  --output-dir "$out/pslite" "$py" tests/hosted/dist_sparse_async.py > /dev/null 2>&1 \
+  || { echo "hosted dist: the pure MXNet dist_async row_sparse job failed"; tail -20 "$out"/pslite/worker.*.stderr; exit 1; }
+MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
+  --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/dist_sparse_async.py > "$out/mpirun.log" 2>&1 \
+  || { echo "hosted dist: the hosted dist_async row_sparse job failed"; tail -20 "$out"/mpi/1/rank.[12]/stderr; exit 1; }
+by_rank "$out"/pslite/worker.*.stdout > "$out/pure.txt"
+by_rank "$out"/mpi/1/rank.[12]/stdout > "$out/hosted.txt"
+[ "$(grep -c '^rank ' "$out/hosted.txt")" = 2 ] && cmp -s "$out/pure.txt" "$out/hosted.txt" \
+  || { echo "hosted dist: dist_async row_sparse DIFFERENT"; diff "$out/pure.txt" "$out/hosted.txt" | head; exit 1; }
+echo "hosted dist: dist_async row_sparse pushes with the server optimizer: identical to pure MXNet"
 
 # A host that is not MXNet 1.9.x is refused, with the reason, on every call.
 cat > "$out/fake_host.c" <<'C'
