@@ -87,3 +87,23 @@ fn every_export_runs_inside_the_panic_boundary() {
     assert!(implementations >= 294, "{implementations} implementations and stubs");
     assert_eq!(implementations, boundaries + 2, "every implementation but MX/NNGetLastError must use ffi_boundary!");
 }
+
+#[test]
+fn every_hosted_export_runs_inside_the_boundary_and_is_a_trampoline_target() {
+    // src/hosted/ffi.rs: each `extern "C" fn MXKVStore*` wraps its body in hosted_export!
+    // (its name derived, no literal), and each is in the trampolines' target table.
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hosted/ffi.rs")).unwrap();
+    assert!(!text.contains("call(\"MX"), "hosted exports take no name literal: use hosted_export!");
+    let exports: Vec<&str> = text
+        .split("extern \"C\" fn ")
+        .skip(1)
+        .map(|rest| rest.split('(').next().unwrap())
+        .filter(|name| name.starts_with("MXKVStore"))
+        .collect();
+    assert!(exports.len() >= 27, "{} hosted MXKVStore exports", exports.len());
+    assert_eq!(text.matches("hosted_export!(").count(), exports.len(), "every hosted MXKVStore export must use hosted_export!");
+    let table = &text[text.find("by_name!(\n").expect("the target table")..];
+    for name in &exports {
+        assert!(table.contains(&format!("        {name},\n")), "{name} is not in the trampolines' target table");
+    }
+}

@@ -3,7 +3,7 @@
 //! the safe core. This module, `handle` and `args` are where the C contract is trusted.
 
 #[macro_use]
-mod boundary;
+pub(crate) mod boundary;
 mod args;
 mod autograd_modes;
 mod cstr_table;

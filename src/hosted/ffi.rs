@@ -17,19 +17,30 @@ use std::os::raw::{c_char, c_int, c_void};
 /// The live stores' addresses: a handle that is not one of them is refused.
 static STORES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 
-fn call(name: &str, body: impl FnOnce(&'static Host) -> Result<()>) -> c_int {
+/// Runs a hosted export's body: errors and panics become -1 with the message in the host's
+/// last error, prefixed with `name` (the export's, from `hosted_export!`).
+fn call(name: impl FnOnce() -> &'static str, body: impl FnOnce(&'static Host) -> Result<()>) -> c_int {
     let Some(host) = super::host() else { return -1 };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(host))) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            host.set_last_error(&format!("MXNetError: {name}: {}", e.message()));
+            host.set_last_error(&format!("MXNetError: {}: {}", name(), e.message()));
             -1
         }
         Err(_) => {
-            host.set_last_error(&format!("MXNetError: {name}: internal error (panic)"));
+            host.set_last_error(&format!("MXNetError: {}: internal error (panic)", name()));
             -1
         }
     }
+}
+
+/// Wraps the body of a hosted export, as `ffi_boundary!` does native ones: the name in its
+/// error messages is the enclosing function's, found by the compiler.
+macro_rules! hosted_export {
+    ($body:expr) => {{
+        fn here() {}
+        call(|| crate::ffi::boundary::export_name(::std::any::type_name_of_val(&here)), $body)
+    }};
 }
 
 fn store<'a>(handle: KVStoreHandle) -> Result<&'a HostedStore> {
@@ -89,7 +100,7 @@ fn str_keys(ptr: *const *const c_char, n: u32) -> Result<Vec<Key>> {
 }
 
 extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
-    call("MXKVStoreCreate", |_| {
+    hosted_export!(|_| {
         crate::ensure!(
             !r#type.is_null() && !out.is_null(),
             "type and out must not be NULL"
@@ -108,7 +119,7 @@ extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) ->
 }
 
 extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
-    call("MXKVStoreFree", |host| {
+    hosted_export!(|host| {
         store(handle)?;
         STORES.lock().as_mut().map(|s| s.remove(&(handle as usize)));
         // SAFETY: registered, now unregistered: this is the only owner.
@@ -124,7 +135,7 @@ extern "C" fn MXKVStoreInit(
     keys: *const c_int,
     vals: *mut NDArrayHandle,
 ) -> c_int {
-    call("MXKVStoreInit", |h| {
+    hosted_export!(|h| {
         store(handle)?.init(h, int_keys(keys, num)?, handles(vals, num, "vals")?)
     })
 }
@@ -134,7 +145,7 @@ extern "C" fn MXKVStoreInitEx(
     keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
 ) -> c_int {
-    call("MXKVStoreInitEx", |h| {
+    hosted_export!(|h| {
         store(handle)?.init(h, str_keys(keys, num)?, handles(vals, num, "vals")?)
     })
 }
@@ -145,7 +156,7 @@ extern "C" fn MXKVStorePush(
     vals: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    call("MXKVStorePush", |h| {
+    hosted_export!(|h| {
         store(handle)?.push(
             h,
             int_keys(keys, num)?,
@@ -161,7 +172,7 @@ extern "C" fn MXKVStorePushEx(
     vals: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    call("MXKVStorePushEx", |h| {
+    hosted_export!(|h| {
         store(handle)?.push(
             h,
             str_keys(keys, num)?,
@@ -177,7 +188,7 @@ extern "C" fn MXKVStorePull(
     vals: *mut NDArrayHandle,
     _priority: c_int,
 ) -> c_int {
-    call("MXKVStorePull", |h| {
+    hosted_export!(|h| {
         store(handle)?.pull(h, int_keys(keys, num)?, handles(vals, num, "vals")?, true)
     })
 }
@@ -188,7 +199,7 @@ extern "C" fn MXKVStorePullEx(
     vals: *mut NDArrayHandle,
     _priority: c_int,
 ) -> c_int {
-    call("MXKVStorePullEx", |h| {
+    hosted_export!(|h| {
         store(handle)?.pull(h, str_keys(keys, num)?, handles(vals, num, "vals")?, true)
     })
 }
@@ -200,7 +211,7 @@ extern "C" fn MXKVStorePullWithSparse(
     _priority: c_int,
     ignore_sparse: bool,
 ) -> c_int {
-    call("MXKVStorePullWithSparse", |h| {
+    hosted_export!(|h| {
         store(handle)?.pull(
             h,
             int_keys(keys, num)?,
@@ -217,7 +228,7 @@ extern "C" fn MXKVStorePullWithSparseEx(
     _priority: c_int,
     ignore_sparse: bool,
 ) -> c_int {
-    call("MXKVStorePullWithSparseEx", |h| {
+    hosted_export!(|h| {
         store(handle)?.pull(
             h,
             str_keys(keys, num)?,
@@ -237,7 +248,7 @@ extern "C" fn MXKVStorePushPull(
     outs: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    call("MXKVStorePushPull", |h| {
+    hosted_export!(|h| {
         let s = store(handle)?;
         let (vkeys, vals) = (int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?);
         let (okeys, outs) = (int_keys(okeys, onum)?, handles(outs, onum, "outs")?);
@@ -256,7 +267,7 @@ extern "C" fn MXKVStorePushPullEx(
     outs: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    call("MXKVStorePushPullEx", |h| {
+    hosted_export!(|h| {
         let s = store(handle)?;
         let (vkeys, vals) = (str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?);
         let (okeys, outs) = (str_keys(okeys, onum)?, handles(outs, onum, "outs")?);
@@ -275,7 +286,7 @@ extern "C" fn MXKVStoreBroadcast(
     outs: *mut NDArrayHandle,
     _priority: c_int,
 ) -> c_int {
-    call("MXKVStoreBroadcast", |h| {
+    hosted_export!(|h| {
         let s = store(handle)?;
         s.init(h, int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?)?;
         s.pull(
@@ -296,7 +307,7 @@ extern "C" fn MXKVStoreBroadcastEx(
     outs: *mut NDArrayHandle,
     _priority: c_int,
 ) -> c_int {
-    call("MXKVStoreBroadcastEx", |h| {
+    hosted_export!(|h| {
         let s = store(handle)?;
         s.init(h, str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?)?;
         s.pull(
@@ -313,7 +324,7 @@ extern "C" fn MXKVStoreSetUpdater(
     updater: MXKVStoreUpdater,
     updater_handle: *mut c_void,
 ) -> c_int {
-    call("MXKVStoreSetUpdater", |_| {
+    hosted_export!(|_| {
         store(handle)?.set_int_updater(updater, updater_handle)
     })
 }
@@ -323,13 +334,13 @@ extern "C" fn MXKVStoreSetUpdaterEx(
     str_updater: MXKVStoreStrUpdater,
     updater_handle: *mut c_void,
 ) -> c_int {
-    call("MXKVStoreSetUpdaterEx", |_| {
+    hosted_export!(|_| {
         store(handle)?.set_updaters(updater, str_updater, updater_handle)
     })
 }
 
 extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_char) -> c_int {
-    call("MXKVStoreGetType", |_| {
+    hosted_export!(|_| {
         let s = store(handle)?;
         crate::ensure!(!r#type.is_null(), "type is NULL");
         // SAFETY: checked non-NULL; the string lives as long as the store.
@@ -346,13 +357,13 @@ fn write_int(handle: KVStoreHandle, out: *mut c_int, value: c_int) -> Result<()>
     Ok(())
 }
 extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
-    call("MXKVStoreGetRank", |_| {
+    hosted_export!(|_| {
         let rank = store(handle)?.dist.as_ref().map_or(0, |d| d.rank());
         write_int(handle, ret, rank)
     })
 }
 extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
-    call("MXKVStoreGetGroupSize", |_| {
+    hosted_export!(|_| {
         let size = store(handle)?.dist.as_ref().map_or(1, |d| d.group_size());
         write_int(handle, ret, size)
     })
@@ -363,16 +374,16 @@ extern "C" fn MXKVStoreGetNumDeadNode(
     number: *mut c_int,
     _timeout_sec: c_int,
 ) -> c_int {
-    call("MXKVStoreGetNumDeadNode", |_| write_int(handle, number, 0))
+    hosted_export!(|_| write_int(handle, number, 0))
 }
 extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
-    call("MXKVStoreBarrier", |_| store(handle)?.dist.as_ref().map_or(Ok(()), |d| d.barrier()))
+    hosted_export!(|_| store(handle)?.dist.as_ref().map_or(Ok(()), |d| d.barrier()))
 }
 extern "C" fn MXKVStoreSetBarrierBeforeExit(
     handle: KVStoreHandle,
     barrier_before_exit: c_int,
 ) -> c_int {
-    call("MXKVStoreSetBarrierBeforeExit", |_| {
+    hosted_export!(|_| {
         if let Some(d) = &store(handle)?.dist {
             d.set_barrier_before_exit(barrier_before_exit != 0);
         }
@@ -387,7 +398,7 @@ extern "C" fn MXKVStoreRunServer(
     controller: crate::ffi::MXKVStoreServerController,
     controller_handle: *mut c_void,
 ) -> c_int {
-    call("MXKVStoreRunServer", |_| match &store(handle)?.dist {
+    hosted_export!(|_| match &store(handle)?.dist {
         Some(d) => d.run_server(crate::ffi::updater::controller(controller, controller_handle)),
         None => Ok(()),
     })
@@ -400,7 +411,7 @@ extern "C" fn MXKVStoreSendCommmandToServers(
     cmd_id: c_int,
     cmd_body: *const c_char,
 ) -> c_int {
-    call("MXKVStoreSendCommmandToServers", |_| {
+    hosted_export!(|_| {
         let s = store(handle)?;
         crate::ensure!(!cmd_body.is_null(), "cmd_body is NULL");
         match &s.dist {
@@ -419,7 +430,7 @@ extern "C" fn MXKVStorePullRowSparse(
     row_ids: *const NDArrayHandle,
     _priority: c_int,
 ) -> c_int {
-    call("MXKVStorePullRowSparse", |h| {
+    hosted_export!(|h| {
         store(handle)?.pull_row_sparse(
             h,
             int_keys(keys, num)?,
@@ -436,7 +447,7 @@ extern "C" fn MXKVStorePullRowSparseEx(
     row_ids: *const NDArrayHandle,
     _priority: c_int,
 ) -> c_int {
-    call("MXKVStorePullRowSparseEx", |h| {
+    hosted_export!(|h| {
         store(handle)?.pull_row_sparse(
             h,
             str_keys(keys, num)?,
@@ -455,7 +466,7 @@ extern "C" fn MXKVStoreSetGradientCompression(
     keys: *mut *const c_char,
     vals: *mut *const c_char,
 ) -> c_int {
-    call("MXKVStoreSetGradientCompression", |_| {
+    hosted_export!(|_| {
         let store = store(handle)?;
         let keys = strings(keys, num_params, "keys")?;
         let vals = strings(vals, num_params, "vals")?;
@@ -466,7 +477,7 @@ extern "C" fn MXKVStoreSetGradientCompression(
 /// A KVStore name without a hosted function (none of MXNet 1.9's: each is listed in `target`):
 /// a clear -1 rather than native code run on the host's handles.
 extern "C" fn not_hosted_yet() -> c_int {
-    call("MXKVStore", |_| {
+    call(|| "MXKVStore", |_| {
         crate::bail!("this KVStore call is not supported by the hosted store yet")
     })
 }
@@ -484,36 +495,43 @@ extern "C" fn MXNotifyShutdown() -> c_int {
 
 /// The hosted target of the trampoline `name`, for the `MXKVStore*` names and MXNotifyShutdown.
 pub(super) fn target(name: &str) -> Option<*mut ()> {
-    let f: *mut () = match name {
-        "MXKVStoreCreate" => MXKVStoreCreate as *mut (),
-        "MXKVStoreFree" => MXKVStoreFree as *mut (),
-        "MXKVStoreInit" => MXKVStoreInit as *mut (),
-        "MXKVStoreInitEx" => MXKVStoreInitEx as *mut (),
-        "MXKVStorePush" => MXKVStorePush as *mut (),
-        "MXKVStorePushEx" => MXKVStorePushEx as *mut (),
-        "MXKVStorePull" => MXKVStorePull as *mut (),
-        "MXKVStorePullEx" => MXKVStorePullEx as *mut (),
-        "MXKVStorePullWithSparse" => MXKVStorePullWithSparse as *mut (),
-        "MXKVStorePullWithSparseEx" => MXKVStorePullWithSparseEx as *mut (),
-        "MXKVStorePullRowSparse" => MXKVStorePullRowSparse as *mut (),
-        "MXKVStorePullRowSparseEx" => MXKVStorePullRowSparseEx as *mut (),
-        "MXKVStorePushPull" => MXKVStorePushPull as *mut (),
-        "MXKVStorePushPullEx" => MXKVStorePushPullEx as *mut (),
-        "MXKVStoreBroadcast" => MXKVStoreBroadcast as *mut (),
-        "MXKVStoreBroadcastEx" => MXKVStoreBroadcastEx as *mut (),
-        "MXKVStoreSetUpdater" => MXKVStoreSetUpdater as *mut (),
-        "MXKVStoreSetUpdaterEx" => MXKVStoreSetUpdaterEx as *mut (),
-        "MXKVStoreGetType" => MXKVStoreGetType as *mut (),
-        "MXKVStoreGetRank" => MXKVStoreGetRank as *mut (),
-        "MXKVStoreGetGroupSize" => MXKVStoreGetGroupSize as *mut (),
-        "MXKVStoreGetNumDeadNode" => MXKVStoreGetNumDeadNode as *mut (),
-        "MXKVStoreBarrier" => MXKVStoreBarrier as *mut (),
-        "MXKVStoreSetBarrierBeforeExit" => MXKVStoreSetBarrierBeforeExit as *mut (),
-        "MXKVStoreRunServer" => MXKVStoreRunServer as *mut (),
-        "MXKVStoreSendCommmandToServers" => MXKVStoreSendCommmandToServers as *mut (),
-        "MXKVStoreSetGradientCompression" => MXKVStoreSetGradientCompression as *mut (),
-        "MXNotifyShutdown" => MXNotifyShutdown as *mut (),
-        _ => not_hosted_yet as *mut (),
-    };
+    macro_rules! by_name {
+        ($($f:ident),* $(,)?) => {
+            match name {
+                $(stringify!($f) => $f as *mut (),)*
+                _ => not_hosted_yet as *mut (),
+            }
+        };
+    }
+    let f: *mut () = by_name!(
+        MXKVStoreCreate,
+        MXKVStoreFree,
+        MXKVStoreInit,
+        MXKVStoreInitEx,
+        MXKVStorePush,
+        MXKVStorePushEx,
+        MXKVStorePull,
+        MXKVStorePullEx,
+        MXKVStorePullWithSparse,
+        MXKVStorePullWithSparseEx,
+        MXKVStorePullRowSparse,
+        MXKVStorePullRowSparseEx,
+        MXKVStorePushPull,
+        MXKVStorePushPullEx,
+        MXKVStoreBroadcast,
+        MXKVStoreBroadcastEx,
+        MXKVStoreSetUpdater,
+        MXKVStoreSetUpdaterEx,
+        MXKVStoreGetType,
+        MXKVStoreGetRank,
+        MXKVStoreGetGroupSize,
+        MXKVStoreGetNumDeadNode,
+        MXKVStoreBarrier,
+        MXKVStoreSetBarrierBeforeExit,
+        MXKVStoreRunServer,
+        MXKVStoreSendCommmandToServers,
+        MXKVStoreSetGradientCompression,
+        MXNotifyShutdown,
+    );
     Some(f)
 }
