@@ -7,7 +7,7 @@
 //! The start must not block: the host has few engine threads, and NaiveEngine runs it on the
 //! caller's thread, which then waits for the completion.
 
-use super::host::Host;
+use super::host::{Host, HostContext, CPU0};
 use crate::ffi::NDArrayHandle;
 use crate::Result;
 use std::ffi::CStr;
@@ -76,13 +76,6 @@ unsafe extern "C" fn free_start(param: *mut c_void) {
     unsafe { drop(Box::from_raw(param as *mut Option<Start>)) }
 }
 
-/// MXNet 1.9's `Context` (`{DeviceType dev_type; int32_t dev_id;}`): cpu(0).
-#[repr(C)]
-struct Context {
-    dev_type: c_int,
-    dev_id: c_int,
-}
-static CPU0: Context = Context { dev_type: 1, dev_id: 0 };
 /// MXNet 1.9's `FnProperty::kNormal`, as MXNet's own dist store pushes and pulls.
 static NORMAL: c_int = 0;
 
@@ -107,7 +100,7 @@ pub(super) fn push_async(
             Some(run_start),
             param as *mut c_void,
             Some(free_start),
-            &CPU0 as *const Context as *const c_void,
+            &CPU0 as *const HostContext as *const c_void,
             reads.as_mut_ptr(),
             reads.len() as c_int,
             writes.as_mut_ptr(),

@@ -186,10 +186,10 @@ extern "C" fn MXKVStorePull(
     num: u32,
     keys: *const c_int,
     vals: *mut NDArrayHandle,
-    _priority: c_int,
+    priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
-        store(handle)?.pull(h, int_keys(keys, num)?, handles(vals, num, "vals")?, true)
+        store(handle)?.pull(h, int_keys(keys, num)?, handles(vals, num, "vals")?, priority, true)
     })
 }
 extern "C" fn MXKVStorePullEx(
@@ -197,10 +197,10 @@ extern "C" fn MXKVStorePullEx(
     num: u32,
     keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
-    _priority: c_int,
+    priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
-        store(handle)?.pull(h, str_keys(keys, num)?, handles(vals, num, "vals")?, true)
+        store(handle)?.pull(h, str_keys(keys, num)?, handles(vals, num, "vals")?, priority, true)
     })
 }
 extern "C" fn MXKVStorePullWithSparse(
@@ -208,7 +208,7 @@ extern "C" fn MXKVStorePullWithSparse(
     num: u32,
     keys: *const c_int,
     vals: *mut NDArrayHandle,
-    _priority: c_int,
+    priority: c_int,
     ignore_sparse: bool,
 ) -> c_int {
     hosted_export!(|h| {
@@ -216,6 +216,7 @@ extern "C" fn MXKVStorePullWithSparse(
             h,
             int_keys(keys, num)?,
             handles(vals, num, "vals")?,
+            priority,
             ignore_sparse,
         )
     })
@@ -225,7 +226,7 @@ extern "C" fn MXKVStorePullWithSparseEx(
     num: u32,
     keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
-    _priority: c_int,
+    priority: c_int,
     ignore_sparse: bool,
 ) -> c_int {
     hosted_export!(|h| {
@@ -233,6 +234,7 @@ extern "C" fn MXKVStorePullWithSparseEx(
             h,
             str_keys(keys, num)?,
             handles(vals, num, "vals")?,
+            priority,
             ignore_sparse,
         )
     })
@@ -254,7 +256,7 @@ extern "C" fn MXKVStorePushPull(
         let (okeys, outs) = (int_keys(okeys, onum)?, handles(outs, onum, "outs")?);
         s.check_push_pull(h, &vkeys, vals, &okeys, outs)?;
         s.push(h, vkeys, vals, priority)?;
-        s.pull(h, okeys, outs, true)
+        s.pull(h, okeys, outs, priority, true)
     })
 }
 extern "C" fn MXKVStorePushPullEx(
@@ -273,7 +275,7 @@ extern "C" fn MXKVStorePushPullEx(
         let (okeys, outs) = (str_keys(okeys, onum)?, handles(outs, onum, "outs")?);
         s.check_push_pull(h, &vkeys, vals, &okeys, outs)?;
         s.push(h, vkeys, vals, priority)?;
-        s.pull(h, okeys, outs, true)
+        s.pull(h, okeys, outs, priority, true)
     })
 }
 extern "C" fn MXKVStoreBroadcast(
@@ -284,7 +286,7 @@ extern "C" fn MXKVStoreBroadcast(
     okeys: *const c_int,
     vals: *mut NDArrayHandle,
     outs: *mut NDArrayHandle,
-    _priority: c_int,
+    priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
         let s = store(handle)?;
@@ -293,6 +295,7 @@ extern "C" fn MXKVStoreBroadcast(
             h,
             int_keys(okeys, onum)?,
             handles(outs, onum, "outs")?,
+            priority,
             true,
         )
     })
@@ -305,7 +308,7 @@ extern "C" fn MXKVStoreBroadcastEx(
     okeys: *mut *const c_char,
     vals: *mut NDArrayHandle,
     outs: *mut NDArrayHandle,
-    _priority: c_int,
+    priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
         let s = store(handle)?;
@@ -314,6 +317,7 @@ extern "C" fn MXKVStoreBroadcastEx(
             h,
             str_keys(okeys, onum)?,
             handles(outs, onum, "outs")?,
+            priority,
             true,
         )
     })

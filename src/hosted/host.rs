@@ -7,6 +7,17 @@ use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
 
+/// MXNet 1.9's `Context` (`{DeviceType dev_type; int32_t dev_id;}`), as the host's engine
+/// functions take it.
+#[repr(C)]
+pub(super) struct HostContext {
+    dev_type: c_int,
+    dev_id: c_int,
+}
+
+/// cpu(0): where the store's own host ops run.
+pub(super) static CPU0: HostContext = HostContext { dev_type: 1, dev_id: 0 };
+
 /// The host's C functions the store calls, typed as MXNet 1.9's c_api.h declares them.
 pub(crate) struct Api {
     pub get_last_error: unsafe extern "C" fn() -> *const c_char,

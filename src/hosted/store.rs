@@ -11,7 +11,7 @@ use super::dist::HostedDist;
 use super::dlpack::HostArray;
 use super::key::Key;
 use super::key::drop_source_for_test;
-use super::host::Host;
+use super::host::{Host, HostContext, CPU0};
 use crate::compression::GradientCompression;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
@@ -394,16 +394,6 @@ unsafe extern "C" fn free_sum(param: *mut c_void) {
     unsafe { drop(Box::from_raw(param as *mut SumJob)) }
 }
 
-/// MXNet 1.9's `Context` (`{DeviceType dev_type; int32_t dev_id;}`): cpu(0).
-#[repr(C)]
-struct Context {
-    dev_type: c_int,
-    dev_id: c_int,
-}
-static CPU0: Context = Context {
-    dev_type: 1,
-    dev_id: 0,
-};
 /// MXNet 1.9's `FnProperty::kCPUPrioritized`, as MXNet's own CPU reductions use.
 static CPU_PRIORITIZED: c_int = 3;
 
@@ -650,7 +640,7 @@ impl HostedStore {
                 Some(run_sum),
                 param as *mut c_void,
                 Some(free_sum),
-                &CPU0 as *const Context as *const c_void,
+                &CPU0 as *const HostContext as *const c_void,
                 reads.as_mut_ptr(),
                 reads.len() as c_int,
                 writes.as_mut_ptr(),
@@ -736,11 +726,12 @@ impl HostedStore {
         host: &Host,
         keys: Vec<Key>,
         outs: &[NDArrayHandle],
+        priority: c_int,
         ignore_sparse: bool,
     ) -> Result<()> {
         if let Some(d) = &self.dist {
             self.state.lock().check_key_type(&keys)?;
-            return d.pull(host, keys, outs, 0, ignore_sparse);
+            return d.pull(host, keys, outs, priority, ignore_sparse);
         }
         let state = self.state.lock();
         state.check_key_type(&keys)?;
