@@ -18,7 +18,7 @@
 use super::async_op::{push_async, HostDone};
 use super::dist_sparse::{self, SparseKeys};
 use super::dlpack::HostArray;
-use super::host::Host;
+use super::host::{describe, Described, Host, DENSE};
 use super::key::{drop_source_for_test, with_native_keys, Key};
 use crate::ffi::{MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
@@ -30,9 +30,6 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::sync::{Arc, Weak};
-
-/// MXNet's storage-type code of dense arrays.
-const DENSE: c_int = 0;
 
 /// A key's staging array: `native` and `host` are the same memory.
 struct Staging {
@@ -119,22 +116,14 @@ impl Drop for PullDone {
     }
 }
 
-struct Described {
-    shape: Vec<i64>,
-    dtype: DType,
-}
-
 fn dense(host: &Host, key: &Key, array: NDArrayHandle, what: &str) -> Result<Described> {
-    crate::ensure!(!array.is_null(), "NULL NDArray handle");
-    let (shape, dtype, stype) = host.describe(array)?;
+    let d = describe(host, array)?;
     crate::ensure!(
-        stype == DENSE,
-        "key {key}: the hosted distributed store keeps dense and row_sparse values; the {what} has storage type {stype}"
+        d.stype == DENSE,
+        "key {key}: the hosted distributed store keeps dense and row_sparse values; the {what} has storage type {}",
+        d.stype
     );
-    Ok(Described {
-        shape,
-        dtype: DType::from_code(dtype)?,
-    })
+    Ok(d)
 }
 
 fn check_shape(key: &Key, s: &Staging, d: &Described, what: &str) -> Result<()> {

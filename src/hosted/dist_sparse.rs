@@ -15,7 +15,7 @@
 //! store is called; that store checks the whole call again before it queues anything.
 
 use super::dlpack::HostArray;
-use super::host::Host;
+use super::host::{describe, Host, DENSE, ROW_SPARSE};
 use super::key::{with_native_keys, Key};
 use crate::engine::engine;
 use crate::ffi::NDArrayHandle;
@@ -26,9 +26,6 @@ use std::collections::HashMap;
 use std::os::raw::c_int;
 use std::sync::OnceLock;
 
-/// MXNet's storage-type codes of dense and row_sparse arrays.
-const DENSE: c_int = 0;
-const ROW_SPARSE: c_int = 1;
 
 /// What a row_sparse key holds; its value lives on the servers.
 struct SparseKey {
@@ -227,22 +224,6 @@ fn cast_rows(rows: Rows, from: DType, to: DType) -> Rows {
     let mut data = vec![0u8; n * to.size()];
     crate::base::cast(from, &rows.data, to, &mut data);
     Rows { ids: rows.ids, data }
-}
-
-struct Described {
-    shape: Vec<i64>,
-    dtype: DType,
-    stype: c_int,
-}
-
-fn describe(host: &Host, array: NDArrayHandle) -> Result<Described> {
-    crate::ensure!(!array.is_null(), "NULL NDArray handle");
-    let (shape, dtype, stype) = host.describe(array)?;
-    Ok(Described {
-        shape,
-        dtype: DType::from_code(dtype)?,
-        stype,
-    })
 }
 
 /// The row_sparse part of one init, crossed over and checked; [`SparseInit::run`] inits it.

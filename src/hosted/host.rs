@@ -2,7 +2,7 @@
 //! libkvstore's), its version checked, and the few functions the hosted store calls.
 
 use crate::ffi::{EngineAsyncFunc, EngineFuncParamDeleter, EngineSyncFunc, NDArrayHandle};
-use crate::Result;
+use crate::{DType, Result};
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
@@ -17,6 +17,24 @@ pub(super) struct HostContext {
 
 /// cpu(0): where the store's own host ops run.
 pub(super) static CPU0: HostContext = HostContext { dev_type: 1, dev_id: 0 };
+
+/// MXNet's storage-type codes of dense and row_sparse arrays.
+pub(super) const DENSE: c_int = 0;
+pub(super) const ROW_SPARSE: c_int = 1;
+
+/// What a host array is: its shape, element type and storage-type code.
+pub(super) struct Described {
+    pub shape: Vec<i64>,
+    pub dtype: DType,
+    pub stype: c_int,
+}
+
+/// Describes a host array the caller passed (NULL refused).
+pub(super) fn describe(host: &Host, array: NDArrayHandle) -> Result<Described> {
+    crate::ensure!(!array.is_null(), "NULL NDArray handle");
+    let (shape, dtype, stype) = host.describe(array)?;
+    Ok(Described { shape, dtype: DType::from_code(dtype)?, stype })
+}
 
 /// The host's C functions the store calls, typed as MXNet 1.9's c_api.h declares them.
 pub(crate) struct Api {

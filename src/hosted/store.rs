@@ -11,7 +11,7 @@ use super::dist::HostedDist;
 use super::dlpack::HostArray;
 use super::key::Key;
 use super::key::drop_source_for_test;
-use super::host::{Host, HostContext, CPU0};
+use super::host::{describe, Described, Host, HostContext, CPU0, DENSE, ROW_SPARSE};
 use crate::compression::GradientCompression;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
@@ -163,26 +163,6 @@ pub(super) struct HostedStore {
     pub dist: Option<HostedDist>,
 }
 
-/// MXNet's storage-type codes of dense and row_sparse arrays.
-const DENSE: c_int = 0;
-const ROW_SPARSE: c_int = 1;
-
-/// What a host array is, checked against a stored value.
-struct Described {
-    shape: Vec<i64>,
-    dtype: DType,
-    stype: c_int,
-}
-
-fn describe(host: &Host, array: NDArrayHandle) -> Result<Described> {
-    crate::ensure!(!array.is_null(), "NULL NDArray handle");
-    let (shape, dtype, stype) = host.describe(array)?;
-    Ok(Described {
-        shape,
-        dtype: DType::from_code(dtype)?,
-        stype,
-    })
-}
 
 fn shape_text(shape: &[i64]) -> String {
     format!(
