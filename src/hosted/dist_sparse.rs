@@ -15,7 +15,7 @@
 //! store is called; that store checks the whole call again before it queues anything.
 
 use super::dlpack::HostArray;
-use super::host::{describe, Host, DENSE, ROW_SPARSE};
+use super::host::{check_row_sparse_pull, describe, Host, DENSE, ROW_SPARSE};
 use super::key::{with_native_keys, Key};
 use crate::engine::engine;
 use crate::ffi::NDArrayHandle;
@@ -431,16 +431,7 @@ impl SparseKeys {
                 crate::ensure!(!is_dense(k), "PullRowSparse expects a row_sparse key; key {k} holds a default value");
                 crate::bail!("key {k} has not been inited");
             };
-            crate::ensure!(
-                out.stype == ROW_SPARSE,
-                "Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
-                out.stype
-            );
-            crate::ensure!(
-                ids.stype == DENSE,
-                "Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
-                ids.stype
-            );
+            check_row_sparse_pull(&out, &ids)?;
             crate::ensure!(
                 !keys[..i].contains(k),
                 "RowSparsePull with multiple values is not supported yet (key {k} appears twice)"

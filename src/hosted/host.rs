@@ -36,6 +36,21 @@ pub(super) fn describe(host: &Host, array: NDArrayHandle) -> Result<Described> {
     Ok(Described { shape, dtype: DType::from_code(dtype)?, stype })
 }
 
+/// A `PullRowSparse` output must be row_sparse and its row ids dense (MXNet's messages).
+pub(super) fn check_row_sparse_pull(out: &Described, ids: &Described) -> Result<()> {
+    crate::ensure!(
+        out.stype == ROW_SPARSE,
+        "Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
+        out.stype
+    );
+    crate::ensure!(
+        ids.stype == DENSE,
+        "Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
+        ids.stype
+    );
+    Ok(())
+}
+
 /// The host's C functions the store calls, typed as MXNet 1.9's c_api.h declares them.
 pub(crate) struct Api {
     pub get_last_error: unsafe extern "C" fn() -> *const c_char,

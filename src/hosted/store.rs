@@ -11,7 +11,7 @@ use super::dist::HostedDist;
 use super::dlpack::HostArray;
 use super::key::Key;
 use super::key::drop_source_for_test;
-use super::host::{describe, Described, Host, HostContext, CPU0, DENSE, ROW_SPARSE};
+use super::host::{check_row_sparse_pull, describe, Described, Host, HostContext, CPU0, DENSE, ROW_SPARSE};
 use crate::compression::GradientCompression;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
@@ -660,16 +660,7 @@ impl HostedStore {
         for ((k, o), r) in keys.iter().zip(outs).zip(row_ids) {
             let out = describe(host, *o)?;
             let ids = describe(host, *r)?;
-            crate::ensure!(
-                out.stype == ROW_SPARSE,
-                "Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
-                out.stype
-            );
-            crate::ensure!(
-                ids.stype == DENSE,
-                "Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
-                ids.stype
-            );
+            check_row_sparse_pull(&out, &ids)?;
             let entry = state
                 .entries
                 .get(k)
