@@ -1,20 +1,34 @@
-//! GPU support on CUDA. This is the only module that names cudarc: the driver and NVRTC are
-//! loaded at run time, so libkvstore builds on a machine with no CUDA at all and loads
-//! without libcuda.
+//! GPU support on CUDA. This is the only module that names cudarc or the CUDA driver: the
+//! driver and NVRTC are loaded at run time, so libkvstore builds on a machine with no CUDA at
+//! all and loads without libcuda.
 //!
-//! Built so far: loading ([`driver`], [`nvrtc`]), the kernels ([`kernels`], sources in
-//! `kernels/`), and the host-side logic of the GPU backend ([`placement`], [`fused`],
-//! [`staging`], [`completion`]). GPU arrays themselves are not built yet: a `gpu(i)` context
-//! answers a clear error, on machines with a GPU too.
+//! One concern per file: loading the driver ([`driver`]: every entry point resolved up front,
+//! contexts saved and restored around calls on application threads, a forked child refused)
+//! and NVRTC ([`nvrtc`]); each GPU opened at first use ([`device`]: primary context,
+//! non-blocking compute / host→device / device→host streams, peer access, a completion
+//! thread); memory ([`memory`]: device allocations that never move, pinned host memory, the
+//! staging pool of [`staging`]); one op's work on the streams, finished from events without
+//! blocking the caller ([`queue`], [`completion`]); synchronous copies for the C API's
+//! `SyncCopy*` ([`transfer`]); the kernels ([`kernels`], sources in `kernels/`) and the
+//! host-side planning of their launches ([`launch`], [`fused`], [`placement`]).
+//! Nothing here knows arrays: `ndarray` holds [`memory`]'s types, the GPU backend
+//! (`backend::gpu`) turns the store's jobs into [`queue::Queue`]s.
 
 pub mod completion;
+pub mod device;
 pub mod driver;
 pub mod fused;
 pub mod kernels;
 pub mod launch;
+pub mod memory;
 pub mod nvrtc;
 pub mod placement;
+pub mod queue;
 pub mod staging;
+pub mod transfer;
+
+pub use memory::{DeviceMemory, DevicePtr, HostPtr, PinnedMemory};
+pub use queue::{Place, Queue};
 
 use crate::error::Result;
 
@@ -28,20 +42,19 @@ pub fn device_count() -> Result<i32> {
     }
 }
 
-/// Why GPU memory cannot be used here.
-fn unavailable(dev_id: i32) -> String {
-    match driver::runtime() {
-        Err(reason) => format!("gpu({dev_id}) is not available: no usable CUDA device ({reason})"),
-        Ok(rt) => match rt.device(dev_id) {
-            Err(e) => e,
-            Ok(_) => format!("gpu({dev_id}) exists, but GPU arrays are not supported by this build of libkvstore yet"),
-        },
-    }
+/// Whether pinned host memory can be had (a usable driver with at least one device):
+/// without, `cpu_pinned` arrays are ordinary host memory, as in MXNet built without CUDA.
+pub fn pinned_memory_available() -> bool {
+    driver::runtime().is_ok_and(|rt| !rt.devices.is_empty())
 }
 
-/// Succeeds when `gpu(dev_id)` can hold values. Until GPU arrays are built, never.
+/// Succeeds when `gpu(dev_id)` can hold values: the driver is usable and the device exists
+/// (it is opened now: context, streams, peer access).
 pub fn require_device(dev_id: i32) -> Result<()> {
-    crate::bail!("{}", unavailable(dev_id))
+    match driver::runtime() {
+        Err(reason) => crate::bail!("gpu({dev_id}) is not available: no usable CUDA device ({reason})"),
+        Ok(_) => device::device(dev_id).map(|_| ()).map_err(crate::Error::new),
+    }
 }
 
 /// `ctx`, if it can hold values: host contexts always, GPU contexts when the device is usable.
@@ -64,9 +77,10 @@ mod tests {
     use crate::base::Context;
 
     #[test]
-    fn gpu_contexts_answer_a_clear_error_until_gpu_arrays_exist() {
-        let err = usable_context(Context::from_codes(2, 0).unwrap()).unwrap_err();
-        assert!(err.message().contains("gpu(0)"), "{err}");
+    fn gpu_contexts_answer_a_clear_error_without_a_device() {
+        // Without a driver (CI's default) or beyond the devices present, gpu(99) is refused.
+        let err = usable_context(Context::from_codes(2, 99).unwrap()).unwrap_err();
+        assert!(err.message().contains("gpu(99)"), "{err}");
         assert_eq!(usable_context(Context::cpu(0)).unwrap(), Context::cpu(0));
     }
 }

@@ -1,0 +1,177 @@
+//! One op's GPU work: copies, fills and launches enqueued on the devices' streams, then one
+//! completion when all of it has finished ([`Queue::finish`]: events on every stream used,
+//! waited for by the completion thread, never by the caller). A failure to enqueue stops the
+//! queue; what was already enqueued is still waited for before the op's arrays are released.
+
+use super::completion::Completion;
+use super::device::{device, Device, Lane};
+use super::driver::{runtime, Api, Handle};
+use super::memory::{DevicePtr, HostPtr};
+
+/// One side of a copy.
+#[derive(Debug, Clone, Copy)]
+pub enum Place {
+    /// Device memory.
+    Device(DevicePtr),
+    /// Pinned host memory.
+    Host(HostPtr),
+}
+
+/// The work of one op.
+#[derive(Default)]
+pub struct Queue {
+    used: Vec<(i32, Lane)>,
+    error: Option<String>,
+}
+
+impl Queue {
+    /// An empty queue.
+    pub fn new() -> Queue {
+        Queue::default()
+    }
+
+    /// Whether an enqueue failed (later ones are skipped).
+    pub fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+
+    /// Fails the queue with `why` (the op's own check, e.g. a refused cast).
+    pub fn fail(&mut self, why: String) {
+        self.error.get_or_insert(why);
+    }
+
+    /// Runs `f` on `ordinal`'s `lane` stream with its context current, unless failed.
+    pub(crate) fn on(&mut self, ordinal: i32, lane: Lane, f: impl FnOnce(&Api, Handle) -> Result<(), String>) {
+        if self.error.is_some() {
+            return;
+        }
+        let result = device(ordinal).and_then(|dev: &Device| {
+            let stream = dev.stream(lane);
+            runtime()?.with_context(ordinal, |api| f(api, stream))
+        });
+        match result {
+            Ok(()) => {
+                if !self.used.contains(&(ordinal, lane)) {
+                    self.used.push((ordinal, lane));
+                }
+            }
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// `bytes` from `src` to `dst`: between devices on the destination's compute stream,
+    /// host to device and device to host on their own streams. Host sides are pinned.
+    pub fn copy(&mut self, dst: Place, src: Place, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let Ok(rt) = runtime() else {
+            self.fail("the CUDA driver is not usable".into());
+            return;
+        };
+        match (dst, src) {
+            (Place::Device(d), Place::Device(s)) if d.ordinal == s.ordinal => self.on(d.ordinal, Lane::Compute, |api, stream| {
+                // SAFETY: device ranges of live allocations (held by the op); async on the stream.
+                rt.check(d.ordinal, "cuMemcpyDtoDAsync", unsafe { (api.memcpy_dtod_async)(d.addr, s.addr, bytes, stream) })
+            }),
+            (Place::Device(d), Place::Device(s)) => {
+                let (dctx, sctx) = match (rt.primary_context(d.ordinal), rt.primary_context(s.ordinal)) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    (Err(e), _) | (_, Err(e)) => return self.fail(e),
+                };
+                self.on(d.ordinal, Lane::Compute, |api, stream| {
+                    // SAFETY: as above, each address in its own device's context.
+                    rt.check(d.ordinal, "cuMemcpyPeerAsync", unsafe {
+                        (api.memcpy_peer_async)(d.addr, dctx, s.addr, sctx, bytes, stream)
+                    })
+                })
+            }
+            (Place::Device(d), Place::Host(h)) => self.on(d.ordinal, Lane::HostToDevice, |api, stream| {
+                // SAFETY: pinned host memory kept alive by the op until the event fired.
+                rt.check(d.ordinal, "cuMemcpyHtoDAsync", unsafe { (api.memcpy_htod_async)(d.addr, h.as_ptr(), bytes, stream) })
+            }),
+            (Place::Host(h), Place::Device(s)) => self.on(s.ordinal, Lane::DeviceToHost, |api, stream| {
+                // SAFETY: as above.
+                rt.check(s.ordinal, "cuMemcpyDtoHAsync", unsafe { (api.memcpy_dtoh_async)(h.as_ptr(), s.addr, bytes, stream) })
+            }),
+            (Place::Host(_), Place::Host(_)) => self.fail("internal error: a host to host copy was queued on a GPU".into()),
+        }
+    }
+
+    /// Sets `bytes` bytes at `dst` to `value`.
+    pub fn fill_bytes(&mut self, dst: DevicePtr, value: u8, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let Ok(rt) = runtime() else { return self.fail("the CUDA driver is not usable".into()) };
+        self.on(dst.ordinal, Lane::Compute, |api, stream| {
+            // SAFETY: a device range of a live allocation held by the op.
+            rt.check(dst.ordinal, "cuMemsetD8Async", unsafe { (api.memset_d8_async)(dst.addr, value, bytes, stream) })
+        })
+    }
+
+    /// Sets `count` 32-bit words at `dst` (4-byte aligned) to `value`.
+    pub fn fill_u32(&mut self, dst: DevicePtr, value: u32, count: usize) {
+        if count == 0 {
+            return;
+        }
+        let Ok(rt) = runtime() else { return self.fail("the CUDA driver is not usable".into()) };
+        self.on(dst.ordinal, Lane::Compute, |api, stream| {
+            // SAFETY: as `fill_bytes`.
+            rt.check(dst.ordinal, "cuMemsetD32Async", unsafe { (api.memset_d32_async)(dst.addr, value, count, stream) })
+        })
+    }
+
+    /// Runs `then` once everything enqueued has finished (with the first error: an enqueue's,
+    /// or the driver's when the work failed), on the completion thread, then drops
+    /// `keep_alive`. Never blocks; with nothing enqueued, `then` runs now.
+    pub fn finish(self, then: Completion, keep_alive: Box<dyn Send>) {
+        let Queue { used, error } = self;
+        if used.is_empty() {
+            then(error.map_or(Ok(()), Err));
+            drop(keep_alive);
+            return;
+        }
+        let events = match Device::record_events(&used) {
+            Ok(events) => events,
+            Err(e) => {
+                // The work cannot be tracked: wait for it here rather than free what it uses.
+                let _ = synchronize(&used);
+                then(Err(error.unwrap_or(e)));
+                return;
+            }
+        };
+        let first = used[0].0;
+        let then: Completion = Box::new(move |outcome| then(match error {
+            Some(e) => Err(e),
+            None => outcome,
+        }));
+        let submitted = device(first).and_then(|dev| dev.complete_after(events, then, keep_alive));
+        if let Err(e) = submitted {
+            let _ = synchronize(&used);
+            // `then` went with the refused submission: the op's completion reports the loss.
+            let _ = e;
+        }
+    }
+
+    /// [`Queue::finish`], then blocks until the work finished (synchronous API calls only:
+    /// the store's ops never wait).
+    pub fn wait(self) -> Result<(), String> {
+        let (tx, rx) = crossbeam::channel::bounded(1);
+        self.finish(Box::new(move |r| { let _ = tx.send(r); }), Box::new(()));
+        rx.recv().unwrap_or_else(|_| Err("the GPU completion thread stopped".into()))
+    }
+}
+
+/// Waits on the calling thread for the streams (a fallback when events cannot be recorded).
+fn synchronize(used: &[(i32, Lane)]) -> Result<(), String> {
+    let rt = runtime()?;
+    for &(ordinal, lane) in used {
+        let stream = device(ordinal)?.stream(lane);
+        rt.with_context(ordinal, |api| {
+            // SAFETY: one of the device's streams.
+            rt.check(ordinal, "cuStreamSynchronize", unsafe { (api.stream_synchronize)(stream) })
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,31 @@
+//! Synchronous copies between pageable host memory and a device, through the pinned staging
+//! pool (for `SyncCopyFromCPU` / `SyncCopyToCPU`, which wait by contract). Large transfers go
+//! in chunks of the largest staging class.
+
+use super::memory::{DevicePtr, PinnedMemory};
+use super::queue::{Place, Queue};
+use super::staging::chunks;
+
+/// Copies `src` to `dst` and waits.
+pub fn upload(dst: DevicePtr, src: &[u8]) -> Result<(), String> {
+    for (offset, len, _) in chunks(src.len()) {
+        let mut staged = PinnedMemory::staging(len)?;
+        staged.bytes_mut().copy_from_slice(&src[offset..offset + len]);
+        let mut q = Queue::new();
+        q.copy(Place::Device(dst.offset(offset)), Place::Host(staged.at(0)), len);
+        q.wait()?;
+    }
+    Ok(())
+}
+
+/// Copies `dst.len()` bytes from `src` into `dst` and waits.
+pub fn download(dst: &mut [u8], src: DevicePtr) -> Result<(), String> {
+    for (offset, len, _) in chunks(dst.len()) {
+        let staged = PinnedMemory::staging(len)?;
+        let mut q = Queue::new();
+        q.copy(Place::Host(staged.at(0)), Place::Device(src.offset(offset)), len);
+        q.wait()?;
+        dst[offset..offset + len].copy_from_slice(&staged.bytes()[..len]);
+    }
+    Ok(())
+}
