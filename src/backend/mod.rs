@@ -1,8 +1,8 @@
 //! The execution seam. The store plans: which keys, which values, in which association order,
 //! into which destinations, batched how. A backend executes: it orders each plan on the engine
 //! and picks the kernels that sum, copy, cast, compress and handle sparse rows. There is one
-//! backend per kind of context (today: host memory, for `cpu`, `cpu_pinned` and `cpu_shared`;
-//! next: CUDA GPUs), each an implementation of [`Backend`]; the store asks [`for_context`]
+//! backend per kind of context (host memory, for `cpu`, `cpu_pinned` and `cpu_shared`; CUDA
+//! GPUs, for `gpu(i)`), each an implementation of [`Backend`]; the store asks [`for_context`]
 //! and never knows which one runs.
 //!
 //! A backend's ops run after the call that scheduled them has returned. A failure (a kernel's
@@ -13,6 +13,7 @@
 //! Which backend runs a job: that of its destination's context (for a copy to several
 //! outputs, the first output's; the store keeps a batch to one backend).
 
+pub(crate) mod gpu;
 pub(crate) mod host;
 
 use crate::error::Result;
@@ -92,14 +93,17 @@ pub trait Backend: Sync {
 pub enum BackendKind {
     /// Host memory: `cpu`, `cpu_pinned`, `cpu_shared`.
     Host,
+    /// GPU memory: `gpu(i)`.
+    Gpu,
 }
 
 impl BackendKind {
-    /// The kind running jobs whose destination is on `ctx`. GPU contexts cannot hold arrays
-    /// yet (`Context::from_codes` refuses them), so everything runs on the host.
+    /// The kind running jobs whose destination is on `ctx`. (The host backend hands a job
+    /// reading GPU arrays to the GPU backend too.)
     pub fn of(ctx: Context) -> BackendKind {
         match ctx.dev_type {
-            DeviceType::Cpu | DeviceType::CpuPinned | DeviceType::CpuShared | DeviceType::Gpu => BackendKind::Host,
+            DeviceType::Cpu | DeviceType::CpuPinned | DeviceType::CpuShared => BackendKind::Host,
+            DeviceType::Gpu => BackendKind::Gpu,
         }
     }
 
@@ -107,6 +111,7 @@ impl BackendKind {
     pub fn backend(self) -> &'static dyn Backend {
         match self {
             BackendKind::Host => &host::HOST,
+            BackendKind::Gpu => &gpu::GPU,
         }
     }
 }

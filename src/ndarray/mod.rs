@@ -4,6 +4,7 @@
 
 mod context;
 mod copy;
+mod memory;
 mod row_ids;
 mod row_sparse;
 mod shape;
@@ -12,13 +13,13 @@ mod storage;
 
 pub use crate::base::{Context, DeviceType};
 pub use crate::base::{DType, ALL_DTYPES};
+pub use memory::Memory;
 pub use row_sparse::Rows;
 pub(crate) use row_ids::ids_of as row_ids_of;
 pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
 
 use crate::engine::{engine, Var};
 use crate::error::Result;
-use crate::base::buffer::Buffer;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -97,7 +98,7 @@ impl NDArray {
     pub fn zeros(shape: &[usize], ctx: Context, dtype: DType) -> Result<NDArray> {
         let size = checked_size(shape)?;
         let payload = Payload {
-            data: Buffer::zeroed(size * dtype.size())?,
+            data: Memory::zeroed(ctx, size * dtype.size())?,
             storage_shape: shape.to_vec(),
             aux: Vec::new(),
         };
@@ -218,35 +219,64 @@ impl NDArray {
         engine().wait_to_write(self.var())
     }
 
+    /// Where the view starts in a GPU's memory, for a dense GPU array.
+    pub fn device_ptr(&self) -> Option<crate::gpu::DevicePtr> {
+        let start = self.byte_range().start;
+        self.chunk.payload.read_recursive().data.device_ptr().map(|p| p.offset(start))
+    }
+
+    /// Where a GPU copy reads or writes the view: its device memory or its pinned host
+    /// memory; `None` for pageable host memory (staged through the pinned pool). Dense only.
+    pub fn copy_place(&self) -> Option<crate::gpu::Place> {
+        let start = self.byte_range().start;
+        let payload = self.chunk.payload.read_recursive();
+        match &payload.data {
+            Memory::Device(d) => Some(crate::gpu::Place::Device(d.ptr().offset(start))),
+            Memory::Pinned(p) => Some(crate::gpu::Place::Host(p.at(start))),
+            Memory::Host(_) => None,
+        }
+    }
+
+    /// A dense array like this one in pinned staging memory (`cpu_pinned(0)`, from the pool):
+    /// the host side of a GPU array's staged work.
+    pub fn staging_mirror(&self) -> Result<NDArray> {
+        let payload = Payload {
+            data: Memory::staging(self.size() * self.dtype.size())?,
+            storage_shape: self.shape.to_vec(),
+            aux: Vec::new(),
+        };
+        Ok(NDArray::from_payload(payload, &self.shape, Context::cpu_pinned(0), self.dtype, StorageType::Default))
+    }
+
+    /// Whether the values live in a GPU's memory (dense GPU arrays; sparse values on a GPU
+    /// context are held on the host).
+    pub fn on_device(&self) -> bool {
+        self.ctx.dev_type == DeviceType::Gpu && self.stype == StorageType::Default
+    }
+
     /// Copies host bytes (the array's dtype, `data_byte_len` long) in, after pending ops.
     pub fn copy_from_host(&self, bytes: &[u8]) -> Result<()> {
         engine().run_sync(&[], &[self.var()], || {
-            self.write_bytes(|dst| {
-                crate::ensure!(
-                    dst.len() == bytes.len(),
-                    "memory size mismatch: the array holds {} bytes, {} given",
-                    dst.len(),
-                    bytes.len()
-                );
-                dst.copy_from_slice(bytes);
-                Ok(())
-            })
+            let len = self.data_byte_len();
+            crate::ensure!(len == bytes.len(), "memory size mismatch: the array holds {len} bytes, {} given", bytes.len());
+            if let Some(dst) = self.device_ptr() {
+                return crate::gpu::transfer::upload(dst, bytes).map_err(crate::Error::new);
+            }
+            self.write_bytes(|dst| dst.copy_from_slice(bytes));
+            Ok(())
         })?
     }
 
     /// Copies the values out to host bytes, after pending writes.
     pub fn copy_to_host(&self, out: &mut [u8]) -> Result<()> {
         engine().run_sync(&[self.var()], &[], || {
-            self.read_bytes(|src| {
-                crate::ensure!(
-                    src.len() == out.len(),
-                    "memory size mismatch: the array holds {} bytes, {} requested",
-                    src.len(),
-                    out.len()
-                );
-                out.copy_from_slice(src);
-                Ok(())
-            })
+            let len = self.data_byte_len();
+            crate::ensure!(len == out.len(), "memory size mismatch: the array holds {len} bytes, {} requested", out.len());
+            if let Some(src) = self.device_ptr() {
+                return crate::gpu::transfer::download(out, src).map_err(crate::Error::new);
+            }
+            self.read_bytes(|src| out.copy_from_slice(src));
+            Ok(())
         })?
     }
 

@@ -62,7 +62,7 @@ impl NDArray {
             *first = ids.len();
         }
         payload.aux = vec![AuxData { dtype: aux_dtype, shape: vec![ids.len()], data: aux }];
-        payload.data = data;
+        payload.data = data.into();
         payload.storage_shape = storage_shape;
         Ok(())
     }

@@ -51,7 +51,7 @@ impl NDArray {
         }
         let storage_shape = storage_shape_of(stype, shape, aux);
         let data = Buffer::zeroed(checked_size(&storage_shape)? * dtype.size())?;
-        let payload = Payload { data, storage_shape, aux: aux_data };
+        let payload = Payload { data: data.into(), storage_shape, aux: aux_data };
         Ok(NDArray::from_payload(payload, shape, ctx, dtype, stype))
     }
 
@@ -117,7 +117,7 @@ impl NDArray {
             let mut data = Buffer::zeroed(src.size() * self.dtype().size())?;
             src.read_bytes(|s| cast(src.dtype(), s, self.dtype(), data.bytes_mut()));
             let mut payload = self.chunk.payload.write();
-            payload.data = data;
+            payload.data = data.into();
             payload.storage_shape = src.shape().to_vec();
             Ok(())
         })?

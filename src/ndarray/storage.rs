@@ -65,10 +65,10 @@ pub struct AuxData {
 
 /// What a chunk holds: the value bytes and, for sparse arrays, the aux arrays and the shape
 /// of the stored values (`storage_shape`), which changes as rows are added.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Payload {
-    /// Value bytes.
-    pub data: Buffer,
+    /// Value bytes (on the host, or a GPU's for dense GPU arrays).
+    pub data: super::Memory,
     /// Shape of `data`: equal to the array's shape when dense; `(rows stored, ...)` when sparse.
     pub storage_shape: Vec<usize>,
     /// Aux arrays (empty when dense).

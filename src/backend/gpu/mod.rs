@@ -1,0 +1,148 @@
+//! The GPU backend: jobs whose arrays live on GPUs (`gpu(i)` contexts). Copies run on the
+//! GPU as driver copies ([`copy`]); sums, compressed sums, casts and row_sparse work are
+//! staged through pinned host memory and run by the host backend ([`staged`]), which keeps
+//! MXNet's association orders bit for bit. Every op completes from CUDA events through the
+//! engine's `push_async`: workers never block on the GPU.
+
+mod copy;
+mod staged;
+
+use super::host::HOST;
+use super::{Backend, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
+use crate::error::Result;
+use crate::ndarray::NDArray;
+use staged::{fail, Staging};
+use std::sync::Arc;
+
+/// The GPU backend.
+pub(crate) struct Gpu;
+
+/// The one GPU backend.
+pub(crate) static GPU: Gpu = Gpu;
+
+/// Whether any of `arrays` lives in a GPU's memory (the host backend hands such jobs here).
+pub(crate) fn touches_device<'a>(mut arrays: impl Iterator<Item = &'a NDArray>) -> bool {
+    arrays.any(NDArray::on_device)
+}
+
+/// MXNet's rule for copies: the same dtype across devices; casts only within one device.
+fn check_cross_device(src: &NDArray, dst: &NDArray) -> Result<()> {
+    crate::ensure!(
+        src.dtype() == dst.dtype() || src.ctx() == dst.ctx(),
+        "Source and target must have the same data type when copying across devices ({} {} to {} {})",
+        src.ctx(),
+        src.dtype().name(),
+        dst.ctx(),
+        dst.dtype().name()
+    );
+    Ok(())
+}
+
+impl Gpu {
+    fn staged_sum(&self, order: SumOrder, values: &[NDArray], batch: Vec<SumJob>, bytes: usize, priority: i32) -> Result<()> {
+        let mut staging = Staging::default();
+        let mut host_values = Vec::new();
+        let mut jobs = Vec::with_capacity(batch.len());
+        for job in &batch {
+            let start = host_values.len();
+            for v in &values[job.values.clone()] {
+                host_values.push(staging.read(v)?);
+            }
+            jobs.push(SumJob { values: start..host_values.len(), dst: staging.write(&job.dst, false)? });
+        }
+        let host_values = Arc::new(host_values);
+        staging.run(priority, || HOST.sum(order, &host_values, jobs, bytes, priority));
+        Ok(())
+    }
+
+    fn staged_compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) -> Result<()> {
+        let mut staging = Staging::default();
+        let mut jobs = Vec::with_capacity(batch.len());
+        for job in &batch {
+            jobs.push(CompressedSumJob {
+                values: job.values.iter().map(|v| staging.read(v)).collect::<Result<_>>()?,
+                residuals: job.residuals.iter().map(|r| staging.write(r, true)).collect::<Result<_>>()?,
+                dst: staging.write(&job.dst, false)?,
+                compression: job.compression,
+            });
+        }
+        staging.run(priority, || HOST.compressed_sum(jobs, bytes, priority));
+        Ok(())
+    }
+
+    fn staged_copy_any(&self, src: &NDArray, dst: &NDArray, priority: i32) -> Result<()> {
+        let mut staging = Staging::default();
+        let (s, d) = (staging.read(src)?, staging.write(dst, false)?);
+        staging.run(priority, || HOST.copy_any(&s, &d, priority));
+        Ok(())
+    }
+}
+
+impl Backend for Gpu {
+    fn name(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) {
+        let dsts: Vec<NDArray> = batch.iter().map(|j| j.dst.clone()).collect();
+        if let Err(e) = self.staged_sum(order, values, batch, bytes, priority) {
+            fail(&dsts.iter().collect::<Vec<_>>(), e, priority);
+        }
+    }
+
+    fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
+        let written: Vec<NDArray> =
+            batch.iter().flat_map(|j| j.residuals.iter().chain(std::iter::once(&j.dst)).cloned()).collect();
+        if let Err(e) = self.staged_compressed_sum(batch, bytes, priority) {
+            fail(&written.iter().collect::<Vec<_>>(), e, priority);
+        }
+    }
+
+    fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, _bytes: usize, priority: i32) {
+        let mut pairs = Vec::new();
+        for job in &batch {
+            for dst in &outs[job.dsts.clone()] {
+                if copy::is_driver_copy(&job.src, dst) {
+                    pairs.push((job.src.clone(), dst.clone()));
+                } else {
+                    self.copy_any(&job.src, dst, priority);
+                }
+            }
+        }
+        copy::push_copies(pairs, priority);
+    }
+
+    fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32) {
+        let out = pull.out.clone();
+        let mut staging = Staging::default();
+        let staged = staging.read(&pull.row_ids).and_then(|row_ids| {
+            Ok(RowSparsePull { stored: staging.read(&pull.stored)?, out: staging.write(&pull.out, false)?, row_ids })
+        });
+        match staged {
+            Ok(p) => staging.run(priority, || HOST.row_sparse_pull(p, priority)),
+            Err(e) => fail(&[&out], e, priority),
+        }
+    }
+
+    fn copy_any(&self, src: &NDArray, dst: &NDArray, priority: i32) {
+        if let Err(e) = check_cross_device(src, dst) {
+            return fail(&[dst], e, priority);
+        }
+        if copy::is_driver_copy(src, dst) {
+            return copy::push_copies(vec![(src.clone(), dst.clone())], priority);
+        }
+        if !touches_device([src, dst].into_iter()) {
+            return HOST.copy_any(src, dst, priority);
+        }
+        if let Err(e) = self.staged_copy_any(src, dst, priority) {
+            fail(&[dst], e, priority);
+        }
+    }
+
+    fn copy_sync(&self, src: &NDArray, dst: &NDArray) -> Result<()> {
+        src.check_copy_to(dst)?;
+        check_cross_device(src, dst)?;
+        self.copy_any(src, dst, 0);
+        dst.wait_to_read()
+    }
+}

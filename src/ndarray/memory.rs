@@ -1,0 +1,111 @@
+//! Where an array's bytes live: host memory, pinned host memory (`cpu_pinned` with a usable
+//! driver) or a GPU's memory. Host code reads bytes only through [`Memory::bytes`] and
+//! [`Memory::bytes_mut`], which refuse device memory: a host read of GPU memory is a bug in
+//! libkvstore, reported as an internal error, never a silent read of garbage.
+
+use super::{Context, DeviceType};
+use crate::base::buffer::Buffer;
+use crate::error::Result;
+use crate::gpu::{DeviceMemory, DevicePtr, PinnedMemory};
+
+/// An array's bytes.
+#[derive(Debug)]
+pub enum Memory {
+    /// Pageable host memory.
+    Host(Buffer),
+    /// Page-locked host memory.
+    Pinned(PinnedMemory),
+    /// Memory of one GPU.
+    Device(DeviceMemory),
+}
+
+impl Memory {
+    /// `len` zero bytes where `ctx` keeps values.
+    pub fn zeroed(ctx: Context, len: usize) -> Result<Memory> {
+        Ok(match ctx.dev_type {
+            DeviceType::Gpu => Memory::Device(DeviceMemory::zeroed(ctx.dev_id, len).map_err(crate::Error::new)?),
+            DeviceType::CpuPinned if crate::gpu::pinned_memory_available() => {
+                Memory::Pinned(PinnedMemory::exact(len).map_err(crate::Error::new)?)
+            }
+            _ => Memory::Host(Buffer::zeroed(len)?),
+        })
+    }
+
+    /// `len` zero bytes of pinned staging memory from the pool (host memory without a driver):
+    /// the host side of a GPU array's copy.
+    pub fn staging(len: usize) -> Result<Memory> {
+        if !crate::gpu::pinned_memory_available() {
+            return Ok(Memory::Host(Buffer::zeroed(len)?));
+        }
+        let mut m = PinnedMemory::staging(len).map_err(crate::Error::new)?;
+        m.bytes_mut().fill(0);
+        Ok(Memory::Pinned(m))
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Memory::Host(b) => b.len(),
+            Memory::Pinned(p) => p.len(),
+            Memory::Device(d) => d.len(),
+        }
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn device_read(d: &DeviceMemory) -> ! {
+        panic!("internal error: host code touched the memory of gpu({}) directly", d.ptr().ordinal)
+    }
+
+    /// The bytes of host memory (pinned or not). Panics on device memory (see the module doc).
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Memory::Host(b) => b.bytes(),
+            Memory::Pinned(p) => p.bytes(),
+            Memory::Device(d) => Self::device_read(d),
+        }
+    }
+
+    /// The bytes of host memory, writable; see [`Memory::bytes`].
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Memory::Host(b) => b.bytes_mut(),
+            Memory::Pinned(p) => p.bytes_mut(),
+            Memory::Device(d) => Self::device_read(d),
+        }
+    }
+
+    /// Start of the bytes for `MXNDArrayGetData`: a host pointer, or the device address.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            Memory::Host(b) => b.as_mut_ptr(),
+            Memory::Pinned(p) => p.bytes_mut().as_mut_ptr(),
+            Memory::Device(d) => d.ptr().addr as usize as *mut u8,
+        }
+    }
+
+    /// The device address, for device memory.
+    pub fn device_ptr(&self) -> Option<DevicePtr> {
+        match self {
+            Memory::Device(d) => Some(d.ptr()),
+            _ => None,
+        }
+    }
+
+    /// The pinned memory, for pinned host memory.
+    pub fn pinned(&self) -> Option<&PinnedMemory> {
+        match self {
+            Memory::Pinned(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+impl From<Buffer> for Memory {
+    fn from(b: Buffer) -> Memory {
+        Memory::Host(b)
+    }
+}
