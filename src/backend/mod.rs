@@ -23,6 +23,8 @@ use std::sync::Arc;
 
 pub use crate::compression::GradientCompression;
 pub use crate::reduce::SumOrder;
+/// A `device` store's merge-buffer placement (MXNet's `CommDevice::InitMergeBuffer`).
+pub use crate::gpu::placement::MergePlacement;
 
 /// `dst = Σ values[values]` for one key; the values are shared by all sums of a call.
 pub struct SumJob {

@@ -99,11 +99,14 @@ static STAGING: Lazy<Mutex<Pool<RawPinned>>> = Lazy::new(|| Mutex::new(Pool::def
 
 fn host_alloc(len: usize) -> Result<RawPinned, String> {
     let rt = runtime()?;
-    let mut p: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-pointer; portable pinned memory needs no current context.
-    let code = unsafe { (rt.api.mem_host_alloc)(&mut p, len.max(1), CU_MEMHOSTALLOC_PORTABLE) };
-    rt.check(0, &format!("cuMemHostAlloc of {len} bytes"), code).map_err(|e| e.replacen("gpu(0): ", "", 1))?;
-    Ok(RawPinned(p as usize))
+    // The driver allocates in the current context; portable memory serves every device.
+    rt.with_context(0, |api| {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a context is current; valid out-pointer.
+        let code = unsafe { (api.mem_host_alloc)(&mut p, len.max(1), CU_MEMHOSTALLOC_PORTABLE) };
+        rt.check(0, &format!("cuMemHostAlloc of {len} bytes"), code)?;
+        Ok(RawPinned(p as usize))
+    })
 }
 
 /// Page-locked host memory: exact, or a staging buffer of the pool.
@@ -187,8 +190,10 @@ impl Drop for PinnedMemory {
             Some(len) => STAGING.lock().give_back(len, raw),
             None => {
                 let Ok(rt) = runtime() else { return };
-                // SAFETY: allocated by cuMemHostAlloc, freed once, no copy uses it any more.
-                unsafe { (rt.api.mem_free_host)(raw.0 as *mut c_void) };
+                let _ = rt.with_context(0, |api| {
+                    // SAFETY: allocated by cuMemHostAlloc, freed once, no copy uses it any more.
+                    rt.check(0, "cuMemFreeHost", unsafe { (api.mem_free_host)(raw.0 as *mut c_void) })
+                });
             }
         }
     }

@@ -3,6 +3,7 @@
 
 pub(crate) mod batch;
 mod comm;
+mod devices;
 pub mod dist;
 pub mod env;
 mod entries;
@@ -49,6 +50,8 @@ struct State {
     entries: Entries,
     compression: Option<GradientCompression>,
     barrier_before_exit: bool,
+    /// Merge-buffer placement of a `device` store with GPU values.
+    placement: crate::backend::MergePlacement,
 }
 
 /// A store.
@@ -118,7 +121,7 @@ impl KVStore {
         }
         check_len(&keys, values.len())?;
         let mut state = self.state.lock();
-        let State { keys: registry, entries, .. } = &mut *state;
+        let State { keys: registry, entries, placement, .. } = &mut *state;
         // New string keys are registered first (messages name them), and forgotten again if
         // the call fails: a failing init changes nothing.
         let mark = registry.mark();
@@ -139,6 +142,7 @@ impl KVStore {
         for (id, value) in plan {
             if let Some(dst) = stored.remove(&id) {
                 crate::backend::for_context(STORE_CONTEXT).copy_any(&value, &dst, 0);
+                placement.init_key(id, dst.size() as u64);
                 entries.insert(id, Entry::new(dst));
             }
         }
@@ -239,7 +243,7 @@ impl KVStore {
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let mut state = self.state.lock();
-        let State { keys: registry, entries, .. } = &mut *state;
+        let State { keys: registry, entries, placement, .. } = &mut *state;
         let mark = registry.mark();
         let made = registry.register(&vkeys).and_then(|vids| {
             let oids = registry.lookup(&okeys)?;
@@ -263,6 +267,7 @@ impl KVStore {
         for (id, value) in &inits {
             if let Some(dst) = stored.get(id) {
                 crate::backend::for_context(dst.ctx()).copy_any(value, dst, priority);
+                placement.init_key(*id, dst.size() as u64);
                 entries.insert(*id, Entry::new(dst.clone()));
             }
         }
@@ -377,9 +382,12 @@ impl KVStore {
         let PushPlan { values, groups } = plan;
         let mut prepared = Vec::new();
         prepared.try_reserve_exact(groups.len()).map_err(|_| crate::Error::out_of_memory("a push's plan"))?;
+        let kind = self.kind();
         for g in &groups {
-            let entry = state.entries.get(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             let vals = &values[g.values.clone()];
+            let merge_gpu = devices::merge_gpu(&mut state.placement, kind, g.id, vals, compression.is_some());
+            let merge_ctx = merge_gpu.unwrap_or(STORE_CONTEXT);
+            let entry = state.entries.get(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             // Where the sum goes: the stored value, or (with an updater) the value handed to
             // it — MXNet hands over a single uncompressed value as it is.
             // As MXNet's CommCPU: the first value's storage type is the sum's.
@@ -391,11 +399,14 @@ impl KVStore {
                     // As MXNet: a sum of another storage type than the stored value's replaces
                     // it with one of the sum's type (a dense key pushed row_sparse values
                     // becomes row_sparse).
+                    // With values on GPUs the sum stays on its merge GPU and becomes the stored
+                    // value there, as MXNet's `local = merged`.
                     let want = if sparse_sum { StorageType::RowSparse } else { StorageType::Default };
-                    if entry.stored.stype() != want {
+                    let moves = merge_gpu.is_some_and(|gpu| entry.stored.ctx() != gpu);
+                    if entry.stored.stype() != want || moves {
                         let new = match want {
                             StorageType::RowSparse => NDArray::empty_row_sparse(shape, STORE_CONTEXT, dtype)?,
-                            _ => NDArray::zeros(shape, STORE_CONTEXT, dtype)?,
+                            _ => NDArray::zeros(shape, merge_ctx, dtype)?,
                         };
                         replaced = Some(new.clone());
                         new
@@ -411,11 +422,11 @@ impl KVStore {
                     // key's if it has none when the call is done).
                     is_merge = true;
                     match &entry.merge {
-                        Some(merge) => {
+                        Some(merge) if merge.ctx() == merge_ctx => {
                             takes_merge = true;
                             merge.clone()
                         }
-                        None => NDArray::zeros(shape, STORE_CONTEXT, dtype)?,
+                        _ => NDArray::zeros(shape, merge_ctx, dtype)?,
                     }
                 }
             };
@@ -426,13 +437,22 @@ impl KVStore {
                     new_residuals.push(NDArray::zeros(shape, STORE_CONTEXT, dtype)?);
                 }
             }
-            prepared.push(Prepared { dst, replaced, takes_merge, is_merge, new_residuals });
+            // An updater's stored value goes to the sum's GPU (MXNet: `local.Copy(merged.ctx())`).
+            let moved = match with_updater.then(|| devices::stored_home(&entry.stored, &dst)).flatten() {
+                Some(gpu) => Some(NDArray::zeros(shape, gpu, dtype)?),
+                None => None,
+            };
+            prepared.push(Prepared { dst, replaced, takes_merge, is_merge, new_residuals, moved });
         }
         let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::new());
         for (g, p) in groups.into_iter().zip(prepared) {
             let Some(entry) = state.entries.get_mut(&g.id) else { continue };
-            let Prepared { dst, replaced, takes_merge, is_merge, new_residuals } = p;
+            let Prepared { dst, replaced, takes_merge, is_merge, new_residuals, moved } = p;
             if let Some(new) = replaced {
+                entry.stored = new;
+            }
+            if let Some(new) = moved {
+                crate::backend::for_context(new.ctx()).copy_any(&entry.stored, &new, priority);
                 entry.stored = new;
             }
             if takes_merge {
@@ -500,6 +520,8 @@ struct Prepared {
     is_merge: bool,
     /// Residuals for value positions new to the key.
     new_residuals: Vec<NDArray>,
+    /// The stored value's new home on the sum's GPU, for an updater.
+    moved: Option<NDArray>,
 }
 
 struct UpdaterCall {

@@ -1,0 +1,37 @@
+//! Where a `device` store's sums land when its values are on GPUs, as MXNet's `CommDevice`:
+//! each key's merge buffer on the GPU MXNet's placement picks (over the contexts of the first
+//! push that reduces several values), the stored value moved there when an updater is set
+//! (the updater receives handles on that GPU), the sum kept there otherwise. Values on host
+//! contexts keep everything in the store's pinned memory. The placement itself is the GPU
+//! backend's (`MergePlacement`); the store only names contexts.
+
+use super::StoreKind;
+use crate::backend::MergePlacement;
+use crate::ndarray::{Context, DeviceType, NDArray, StorageType};
+
+/// The GPU of `id`'s merge buffer for a push of `vals`, if the sum is to land on one: a
+/// `device` store, dense values, several of them (or compressed ones), the placed context a GPU.
+pub(super) fn merge_gpu(
+    placement: &mut MergePlacement,
+    kind: StoreKind,
+    id: i32,
+    vals: &[NDArray],
+    compressed: bool,
+) -> Option<Context> {
+    let reduces = vals.len() > 1 || compressed;
+    if kind != StoreKind::Device || !reduces || vals.iter().any(|v| v.stype() != StorageType::Default) {
+        return None;
+    }
+    if placement.needs_placement() {
+        let devs: Vec<Context> = vals.iter().map(NDArray::ctx).collect();
+        placement.ensure_placed(&devs);
+    }
+    placement.merge_context(id).filter(|c| c.dev_type == DeviceType::Gpu)
+}
+
+/// Where an updater's stored value must be for a sum landing in `recv` (MXNet copies the
+/// stored value to the merged array's GPU): `Some(gpu)` when it must move there.
+pub(super) fn stored_home(stored: &NDArray, recv: &NDArray) -> Option<Context> {
+    let ctx = recv.ctx();
+    (ctx.dev_type == DeviceType::Gpu && stored.ctx() != ctx && stored.stype() == StorageType::Default).then_some(ctx)
+}
