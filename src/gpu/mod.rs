@@ -10,7 +10,8 @@
 //! staging pool of [`staging`]); one op's work on the streams, finished from events without
 //! blocking the caller ([`queue`], [`completion`]); synchronous copies for the C API's
 //! `SyncCopy*` ([`transfer`]); the kernels ([`kernels`], sources in `kernels/`) and the
-//! host-side planning of their launches ([`launch`], [`fused`], [`placement`]).
+//! host-side planning of their launches ([`launch`], [`fused`], [`placement`]); the kernels
+//! loaded per device at first launch (`module`) and the launches of sums and fills ([`sums`]).
 //! Nothing here knows arrays: `ndarray` holds [`memory`]'s types, the GPU backend
 //! (`backend::gpu`) turns the store's jobs into [`queue::Queue`]s.
 
@@ -21,10 +22,12 @@ pub mod fused;
 pub mod kernels;
 pub mod launch;
 pub mod memory;
+mod module;
 pub mod nvrtc;
 pub mod placement;
 pub mod queue;
 pub mod staging;
+pub mod sums;
 pub mod transfer;
 
 pub use memory::{DeviceMemory, DevicePtr, HostPtr, PinnedMemory};

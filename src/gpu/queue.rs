@@ -7,6 +7,7 @@ use super::completion::Completion;
 use super::device::{device, Device, Lane};
 use super::driver::{runtime, Api, Handle};
 use super::memory::{DevicePtr, HostPtr};
+use std::ffi::c_void;
 
 /// One side of a copy.
 #[derive(Debug, Clone, Copy)]
@@ -22,6 +23,8 @@ pub enum Place {
 pub struct Queue {
     used: Vec<(i32, Lane)>,
     error: Option<String>,
+    /// What the enqueued work reads besides the op's arrays (staged tables), kept until done.
+    held: Vec<Box<dyn Send>>,
 }
 
 impl Queue {
@@ -62,6 +65,21 @@ impl Queue {
     /// `bytes` from `src` to `dst`: between devices on the destination's compute stream,
     /// host to device and device to host on their own streams. Host sides are pinned.
     pub fn copy(&mut self, dst: Place, src: Place, bytes: usize) {
+        self.copy_on(dst, src, bytes, None)
+    }
+
+    /// [`Queue::copy`] on the device's compute stream, ordered before the kernels enqueued
+    /// after it (the sources of a sum).
+    pub fn copy_before_kernels(&mut self, dst: Place, src: Place, bytes: usize) {
+        self.copy_on(dst, src, bytes, Some(Lane::Compute))
+    }
+
+    /// Keeps `what` alive until the work has finished.
+    pub fn hold(&mut self, what: Box<dyn Send>) {
+        self.held.push(what);
+    }
+
+    fn copy_on(&mut self, dst: Place, src: Place, bytes: usize, lane: Option<Lane>) {
         if bytes == 0 {
             return;
         }
@@ -86,11 +104,11 @@ impl Queue {
                     })
                 })
             }
-            (Place::Device(d), Place::Host(h)) => self.on(d.ordinal, Lane::HostToDevice, |api, stream| {
+            (Place::Device(d), Place::Host(h)) => self.on(d.ordinal, lane.unwrap_or(Lane::HostToDevice), |api, stream| {
                 // SAFETY: pinned host memory kept alive by the op until the event fired.
                 rt.check(d.ordinal, "cuMemcpyHtoDAsync", unsafe { (api.memcpy_htod_async)(d.addr, h.as_ptr(), bytes, stream) })
             }),
-            (Place::Host(h), Place::Device(s)) => self.on(s.ordinal, Lane::DeviceToHost, |api, stream| {
+            (Place::Host(h), Place::Device(s)) => self.on(s.ordinal, lane.unwrap_or(Lane::DeviceToHost), |api, stream| {
                 // SAFETY: as above.
                 rt.check(s.ordinal, "cuMemcpyDtoHAsync", unsafe { (api.memcpy_dtoh_async)(h.as_ptr(), s.addr, bytes, stream) })
             }),
@@ -122,11 +140,58 @@ impl Queue {
         })
     }
 
+    /// `bytes` of scratch memory on `ordinal`, ordered on its compute stream (from the
+    /// driver's stream-ordered pool: no synchronisation); give it back with [`Queue::free_temp`]
+    /// once the kernels using it are enqueued.
+    pub fn alloc_temp(&mut self, ordinal: i32, bytes: usize) -> Option<DevicePtr> {
+        let rt = runtime().ok()?;
+        let mut addr = 0u64;
+        self.on(ordinal, Lane::Compute, |api, stream| {
+            // SAFETY: valid out-pointer; one of the device's streams.
+            rt.check(ordinal, &format!("cuMemAllocAsync of {bytes} bytes"), unsafe { (api.mem_alloc_async)(&mut addr, bytes.max(1), stream) })
+        });
+        (!self.failed()).then_some(DevicePtr { ordinal, addr })
+    }
+
+    /// Frees scratch memory after the work enqueued so far on the compute stream.
+    pub fn free_temp(&mut self, ptr: DevicePtr) {
+        let Ok(rt) = runtime() else { return };
+        // Freed even after a failure: the allocation was made.
+        let failed = self.error.take();
+        self.on(ptr.ordinal, Lane::Compute, |api, stream| {
+            // SAFETY: allocated by `alloc_temp` on this stream, freed once, in stream order.
+            rt.check(ptr.ordinal, "cuMemFreeAsync", unsafe { (api.mem_free_async)(ptr.addr, stream) })
+        });
+        if let Some(e) = failed {
+            self.error = Some(e);
+        }
+    }
+
+    /// Launches kernel `name` on `ordinal`'s compute stream: `grid` blocks of `block` threads,
+    /// `params` pointing at each argument's value (as `cuLaunchKernel`'s kernelParams).
+    pub(crate) fn launch(&mut self, ordinal: i32, name: &str, grid: u32, block: u32, params: &mut [*mut c_void]) {
+        if self.error.is_some() {
+            return;
+        }
+        let (rt, f) = match (runtime(), super::module::function(ordinal, name)) {
+            (Ok(rt), Ok(f)) => (rt, f),
+            (Err(e), _) | (_, Err(e)) => return self.fail(e),
+        };
+        self.on(ordinal, Lane::Compute, |api, stream| {
+            // SAFETY: `params` holds one pointer per parameter of `name`, each to a value of the
+            // parameter's type, alive for the call (the driver copies them).
+            rt.check(ordinal, &format!("cuLaunchKernel({name})"), unsafe {
+                (api.launch_kernel)(f, grid.max(1), 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut())
+            })
+        })
+    }
+
     /// Runs `then` once everything enqueued has finished (with the first error: an enqueue's,
     /// or the driver's when the work failed), on the completion thread, then drops
     /// `keep_alive`. Never blocks; with nothing enqueued, `then` runs now.
     pub fn finish(self, then: Completion, keep_alive: Box<dyn Send>) {
-        let Queue { used, error } = self;
+        let Queue { used, error, held } = self;
+        let keep_alive: Box<dyn Send> = Box::new((keep_alive, held));
         if used.is_empty() {
             then(error.map_or(Ok(()), Err));
             drop(keep_alive);

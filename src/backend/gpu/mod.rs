@@ -1,11 +1,14 @@
 //! The GPU backend: jobs whose arrays live on GPUs (`gpu(i)` contexts). Copies run on the
-//! GPU as driver copies ([`copy`]); sums, compressed sums, casts and row_sparse work are
-//! staged through pinned host memory and run by the host backend ([`staged`]), which keeps
+//! GPU as driver copies ([`copy`]); dense sums into GPU memory (the `device` store's merge
+//! buffers) run as kernels on the sum's GPU ([`sum`]); compressed sums, casts, row_sparse work
+//! and sums into host memory (the `local` store: MXNet's CommCPU sums on the CPU too) are
+//! staged through pinned host memory and run by the host backend ([`staged`]). Both keep
 //! MXNet's association orders bit for bit. Every op completes from CUDA events through the
 //! engine's `push_async`: workers never block on the GPU.
 
 mod copy;
 mod staged;
+mod sum;
 
 use super::host::HOST;
 use super::{Backend, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
@@ -84,6 +87,13 @@ impl Backend for Gpu {
     }
 
     fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) {
+        let (native, batch): (Vec<SumJob>, Vec<SumJob>) = batch.into_iter().partition(|j| sum::is_native(values, j));
+        if !native.is_empty() {
+            sum::push_sums(order, values, native, priority);
+        }
+        if batch.is_empty() {
+            return;
+        }
         let dsts: Vec<NDArray> = batch.iter().map(|j| j.dst.clone()).collect();
         if let Err(e) = self.staged_sum(order, values, batch, bytes, priority) {
             fail(&dsts.iter().collect::<Vec<_>>(), e, priority);

@@ -1,0 +1,97 @@
+//! Dense sums on a GPU (the `device` store's merge buffers): each value not already on the
+//! sum's device is copied to scratch memory there (peer copies between GPUs, pinned staging
+//! from the host), then summed in the store's order — small keys of a batch in one fused
+//! launch per device, bigger keys by `sum_<dtype>` launches each. One engine op per batch,
+//! completed from the event.
+
+use crate::backend::{SumJob, SumOrder};
+use crate::engine::{engine, OpDone, Var};
+use crate::error::Error;
+use crate::gpu::fused::SmallKey;
+use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
+use crate::gpu::{DevicePtr, PinnedMemory, Place, Queue};
+use crate::ndarray::{DType, NDArray, StorageType};
+use std::sync::Arc;
+
+/// Whether the GPU sums `job` itself: a dense sum into GPU memory of values of its dtype.
+pub(super) fn is_native(values: &[NDArray], job: &SumJob) -> bool {
+    let dst = &job.dst;
+    dst.on_device()
+        && dst.dtype() != DType::Bool
+        && values[job.values.clone()].iter().all(|v| v.stype() == StorageType::Default && v.dtype() == dst.dtype())
+}
+
+/// Schedules the sums of `batch` (each [`is_native`]) as one op.
+pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, priority: i32) {
+    let batch = Arc::new(batch);
+    let reads: Vec<&Var> = batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)).collect();
+    let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
+    let values_for_op = Arc::clone(values);
+    let batch_for_op = Arc::clone(&batch);
+    engine().push_async(&reads, &writes, priority, move |_, done| run(order, values_for_op, batch_for_op, done));
+}
+
+/// The address on `ordinal` that the sum reads `v` from: its own, or scratch filled from it.
+fn source_on(q: &mut Queue, ordinal: i32, v: &NDArray, temps: &mut Vec<DevicePtr>) -> Option<DevicePtr> {
+    let bytes = v.data_byte_len();
+    let from = match v.copy_place() {
+        Some(Place::Device(p)) if p.ordinal == ordinal => return Some(p),
+        Some(place) => place,
+        None => {
+            let mut staged = match PinnedMemory::staging(bytes) {
+                Ok(s) => s,
+                Err(e) => {
+                    q.fail(e);
+                    return None;
+                }
+            };
+            v.read_bytes(|b| staged.bytes_mut().copy_from_slice(b));
+            let place = Place::Host(staged.at(0));
+            q.hold(Box::new(staged));
+            place
+        }
+    };
+    let scratch = q.alloc_temp(ordinal, bytes)?;
+    q.copy_before_kernels(Place::Device(scratch), from, bytes);
+    temps.push(scratch);
+    Some(scratch)
+}
+
+fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done: OpDone) {
+    let mut q = Queue::new();
+    let mut temps = Vec::new();
+    let mut small: Vec<(i32, Vec<SmallKey>)> = Vec::new();
+    for job in batch.iter() {
+        let Some(dst) = job.dst.device_ptr() else {
+            q.fail("internal error: a GPU sum into host memory".into());
+            break;
+        };
+        let mut srcs = Vec::with_capacity(job.values.len());
+        for v in &values[job.values.clone()] {
+            match source_on(&mut q, dst.ordinal, v, &mut temps) {
+                Some(p) => srcs.push(p),
+                None => break,
+            }
+        }
+        if q.failed() {
+            break;
+        }
+        let (n, dtype) = (job.dst.size() as u64, job.dst.dtype());
+        if n <= SMALL_KEY_ELEMS {
+            let key = SmallKey { dst: dst.addr, srcs: srcs.iter().map(|p| p.addr).collect(), n, dtype, order };
+            match small.iter_mut().find(|(o, _)| *o == dst.ordinal) {
+                Some((_, keys)) => keys.push(key),
+                None => small.push((dst.ordinal, vec![key])),
+            }
+        } else {
+            sums::sum(&mut q, dst, &srcs, n, dtype, order);
+        }
+    }
+    for (ordinal, keys) in &small {
+        sums::fused(&mut q, *ordinal, keys);
+    }
+    for t in temps {
+        q.free_temp(t);
+    }
+    q.finish(Box::new(move |r| done.finish(r.map_err(Error::new))), Box::new((values, batch)));
+}

@@ -1,0 +1,91 @@
+//! The launches of a dense sum on one device: a key's sum as `sum_<dtype>` launches cut by
+//! [`super::launch::sum_launches`] (the store's association, bit for bit), the small keys of a
+//! call in one `fused_sum` launch per device (its table staged through pinned memory), and
+//! `fill_<dtype>` for constant arrays.
+
+use super::fused::{pack, SmallKey};
+use super::launch::{grid_blocks, sum_launches, MAX_SOURCES};
+use super::memory::{DevicePtr, PinnedMemory};
+use super::queue::{Place, Queue};
+use crate::base::DType;
+use crate::reduce::SumOrder;
+use std::ffi::c_void;
+
+/// Threads per block of every launch.
+const THREADS: u32 = 256;
+/// Elements per block of the fused launch.
+pub const FUSED_ELEMS_PER_BLOCK: u32 = 1024;
+/// Keys of at most this many elements go into the fused launch.
+pub const SMALL_KEY_ELEMS: u64 = 1 << 16;
+
+fn sms(ordinal: i32) -> u32 {
+    super::driver::runtime().ok().and_then(|rt| rt.device(ordinal).ok().map(|d| d.multiprocessors as u32)).unwrap_or(1)
+}
+
+/// `dst = Σ srcs` (`n` elements of `dtype`, every address on `dst`'s device) in `order`.
+pub fn sum(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: DType, order: SumOrder) {
+    if n == 0 || srcs.is_empty() {
+        return;
+    }
+    let name = format!("sum_{}", dtype.name());
+    let grid = grid_blocks(n, THREADS, sms(dst.ordinal));
+    let order_code: u32 = match order {
+        SumOrder::Serial => 0,
+        SumOrder::CpuComm => 1,
+    };
+    for l in sum_launches(srcs.len(), order) {
+        let mut table = [0u64; MAX_SOURCES];
+        for (slot, s) in table.iter_mut().zip(&srcs[l.sources.clone()]) {
+            *slot = s.addr;
+        }
+        let (mut d, mut count, mut elems, mut ord, mut acc) = (dst.addr, l.sources.len() as u32, n, order_code, l.acc_in_dst as u32);
+        let mut params: [*mut c_void; 6] = [
+            (&mut d as *mut u64).cast(),
+            table.as_mut_ptr().cast(),
+            (&mut count as *mut u32).cast(),
+            (&mut elems as *mut u64).cast(),
+            (&mut ord as *mut u32).cast(),
+            (&mut acc as *mut u32).cast(),
+        ];
+        q.launch(dst.ordinal, &name, grid, THREADS, &mut params);
+    }
+}
+
+/// Every key of `keys` (all on `ordinal`) summed by one launch.
+pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey]) {
+    let table = match pack(keys, FUSED_ELEMS_PER_BLOCK) {
+        Ok(t) => t,
+        Err(e) => return q.fail(e.message().to_string()),
+    };
+    if table.n_blocks == 0 {
+        return;
+    }
+    let mut staged = match PinnedMemory::staging(table.bytes.len()) {
+        Ok(s) => s,
+        Err(e) => return q.fail(e),
+    };
+    staged.bytes_mut().copy_from_slice(&table.bytes);
+    let Some(device_table) = q.alloc_temp(ordinal, table.bytes.len()) else { return };
+    q.copy_before_kernels(Place::Device(device_table), Place::Host(staged.at(0)), table.bytes.len());
+    q.hold(Box::new(staged));
+    let (mut t, mut n_desc, mut per_block) = (device_table.addr, table.n_desc, table.elems_per_block);
+    let mut params: [*mut c_void; 3] =
+        [(&mut t as *mut u64).cast(), (&mut n_desc as *mut u32).cast(), (&mut per_block as *mut u32).cast()];
+    let blocks = u32::try_from(table.n_blocks).unwrap_or(u32::MAX);
+    q.launch(ordinal, "fused_sum", blocks, THREADS, &mut params);
+    q.free_temp(device_table);
+}
+
+/// `n` elements at `dst` set to the value whose bytes (in `dtype`) are `value`.
+pub fn fill(q: &mut Queue, dst: DevicePtr, dtype: DType, value: [u8; 8], n: u64) {
+    if n == 0 {
+        return;
+    }
+    if value[..dtype.size()].iter().all(|b| *b == 0) {
+        return q.fill_bytes(dst, 0, n as usize * dtype.size());
+    }
+    let (mut d, mut v, mut elems) = (dst.addr, value, n);
+    let mut params: [*mut c_void; 3] = [(&mut d as *mut u64).cast(), v.as_mut_ptr().cast(), (&mut elems as *mut u64).cast()];
+    let grid = grid_blocks(n, THREADS, sms(dst.ordinal));
+    q.launch(dst.ordinal, &format!("fill_{}", dtype.name()), grid, THREADS, &mut params);
+}
