@@ -9,7 +9,11 @@
 #include <string.h>
 #include <stdint.h>
 
+/* DEV_CPU is the device type the programs put their arrays on: tests/gpu_standin.rs builds
+ * them again with -DDEV_CPU=2 and compares their output on GPU arrays with this build's. */
+#ifndef DEV_CPU
 #define DEV_CPU 1
+#endif
 #define DEV_GPU 2
 #define DEV_CPU_PINNED 3
 #define DEV_CPU_SHARED 5

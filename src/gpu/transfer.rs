@@ -29,3 +29,12 @@ pub fn download(dst: &mut [u8], src: DevicePtr) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Sets `n` elements of `dtype` at `dst` to the element whose bytes are `element`, and waits.
+pub fn fill(dst: DevicePtr, dtype: crate::base::DType, element: &[u8], n: u64) -> Result<(), String> {
+    let mut value = [0u8; 8];
+    value[..element.len().min(8)].copy_from_slice(&element[..element.len().min(8)]);
+    let mut q = Queue::new();
+    super::sums::fill(&mut q, dst, dtype, value, n);
+    q.wait()
+}

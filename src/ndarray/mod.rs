@@ -248,6 +248,28 @@ impl NDArray {
         Ok(NDArray::from_payload(payload, &self.shape, Context::cpu_pinned(0), self.dtype, StorageType::Default))
     }
 
+    /// This array, or for a GPU array a host copy of its values (after pending writes), for
+    /// host code that reads values.
+    pub fn readable_on_host(&self) -> Result<NDArray> {
+        if !self.on_device() {
+            return Ok(self.clone());
+        }
+        let copy = NDArray::zeros(&self.shape, Context::cpu(0), self.dtype)?;
+        copy.write_bytes(|b| self.copy_to_host(b))?;
+        Ok(copy)
+    }
+
+    /// A new dense array on `ctx` holding `bytes` (uploaded, for a GPU context). No op may
+    /// know the array yet: it is written directly.
+    pub fn with_bytes(shape: &[usize], ctx: Context, dtype: DType, bytes: &[u8]) -> Result<NDArray> {
+        let out = NDArray::zeros(shape, ctx, dtype)?;
+        match out.device_ptr() {
+            Some(dst) => crate::gpu::transfer::upload(dst, bytes).map_err(crate::Error::new)?,
+            None => out.write_bytes(|d| d.copy_from_slice(bytes)),
+        }
+        Ok(out)
+    }
+
     /// Whether the values live in a GPU's memory (dense GPU arrays; sparse values on a GPU
     /// context are held on the host).
     pub fn on_device(&self) -> bool {

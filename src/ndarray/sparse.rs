@@ -85,18 +85,14 @@ impl NDArray {
         engine().run_sync(&[self.var()], &[], || {
             let payload = self.chunk.payload.read_recursive();
             let aux = &payload.aux[i];
-            let out = NDArray::zeros(&aux.shape, self.ctx(), aux.dtype)?;
-            out.write_bytes(|d| d.copy_from_slice(aux.data.bytes()));
-            Ok(out)
+            NDArray::with_bytes(&aux.shape, self.ctx(), aux.dtype, aux.data.bytes())
         })?
     }
 
     /// A dense copy of the stored values, after pending writes.
     pub fn data_ndarray(&self) -> Result<NDArray> {
         engine().run_sync(&[self.var()], &[], || {
-            let out = NDArray::zeros(&self.storage_shape(), self.ctx(), self.dtype())?;
-            self.read_bytes(|s| out.write_bytes(|d| d.copy_from_slice(s)));
-            Ok(out)
+            self.read_bytes(|s| NDArray::with_bytes(&self.storage_shape(), self.ctx(), self.dtype(), s))
         })?
     }
 
@@ -104,6 +100,7 @@ impl NDArray {
     /// storage shape (MXNet's `SyncCopyFromNDArray` with `i = -1`).
     pub fn set_sparse_data_from(&self, src: &NDArray) -> Result<()> {
         src.require_dense("a sparse array's values")?;
+        let src = &src.readable_on_host()?;
         crate::ensure!(!self.same_chunk(src), "source and destination are the same array");
         if self.stype() == StorageType::RowSparse {
             crate::ensure!(
@@ -127,6 +124,7 @@ impl NDArray {
     pub fn set_aux_from(&self, i: usize, src: &NDArray) -> Result<()> {
         self.check_aux_index(i)?;
         src.require_dense("an aux array")?;
+        let src = &src.readable_on_host()?;
         crate::ensure!(src.shape().len() == 1, "aux arrays are 1-D, shape {} given", shape_string(src.shape()));
         crate::ensure!(!self.same_chunk(src), "source and destination are the same array");
         engine().run_sync(&[src.var()], &[self.var()], || {

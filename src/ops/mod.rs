@@ -36,6 +36,13 @@ pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given
             return Ok(done);
         }
     }
+    if let (kernel::Kernel::CopyTo, [src], Some([Some(dst)])) = (kernel, inputs, given) {
+        if src.on_device() || dst.on_device() {
+            // `x.copyto(gpu)`: a driver copy on the GPU (a cast within one GPU is staged).
+            crate::backend::for_context(dst.ctx()).copy_sync(src, dst)?;
+            return Ok(vec![dst.clone()]);
+        }
+    }
     let target = given.and_then(|g| g.iter().flatten().next()).map(|a| (a.shape().to_vec(), a.dtype()));
 
     let reads: Vec<&Var> = inputs.iter().map(NDArray::var).collect();

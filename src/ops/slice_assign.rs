@@ -211,7 +211,8 @@ pub fn try_in_place(scalar: bool, inputs: &[NDArray], params: &Params, given: Op
     let Some(data) = inputs.first() else { return Ok(None) };
     let value = if scalar { None } else { inputs.get(1) };
     let arity_ok = inputs.len() == if scalar { 1 } else { 2 };
-    if !arity_ok || !out.same_view(data) || data.stype() != StorageType::Default {
+    // GPU arrays take the generic path (staged through the host).
+    if !arity_ok || !out.same_view(data) || data.stype() != StorageType::Default || out.on_device() {
         return Ok(None);
     }
     // `a[i] += x` assigns a view of `a` itself: the value is copied out (it is the box's

@@ -1,5 +1,6 @@
 //! The values ops compute on: dense host copies of their inputs, and results that are then
-//! written into output arrays of any storage type.
+//! written into output arrays of any storage type. GPU arrays are read and written through
+//! pinned staging (the operators compute on the host; `docs/gpu.md`).
 
 use crate::error::Result;
 use crate::base::buffer::Buffer;
@@ -33,6 +34,10 @@ impl Dense {
     /// the read with the engine.
     pub fn read_now(array: &NDArray) -> Result<Dense> {
         let mut value = Dense::zeros(array.shape(), array.dtype())?;
+        if let Some(src) = array.device_ptr() {
+            crate::gpu::transfer::download(value.data.bytes_mut(), src).map_err(crate::Error::new)?;
+            return Ok(value);
+        }
         match array.stype() {
             StorageType::Default => array.read_bytes(|b| value.data.bytes_mut().copy_from_slice(b)),
             StorageType::RowSparse => {
@@ -82,11 +87,34 @@ impl Output {
         Ok(())
     }
 
+    /// The one element every position holds, in `dtype`'s bytes, if the value is a constant of
+    /// that dtype (a fill).
+    fn constant_element(&self, dtype: DType) -> Option<Vec<u8>> {
+        let v = &self.value;
+        let esz = dtype.size();
+        if v.dtype != dtype || v.size() == 0 {
+            return None;
+        }
+        let bytes = v.data.bytes();
+        let first = &bytes[..esz];
+        bytes.chunks_exact(esz).all(|e| e == first).then(|| first.to_vec())
+    }
+
     /// Writes the value into `dst` (dense: cast into its dtype; row_sparse: its non-zero
     /// rows). The caller has ordered the write with the engine.
     pub fn write_now(&self, dst: &NDArray) -> Result<()> {
-        let tmp = NDArray::zeros(&self.value.shape, dst.ctx(), self.value.dtype)?;
+        let host_ctx = if dst.ctx().dev_type == crate::ndarray::DeviceType::Gpu { Context::cpu(0) } else { dst.ctx() };
+        let tmp = NDArray::zeros(&self.value.shape, host_ctx, self.value.dtype)?;
         tmp.write_bytes(|b| b.copy_from_slice(self.value.data.bytes()));
-        crate::backend::host::copy_any_now(&tmp, dst, crate::engine::engine().thread_budget())
+        let threads = crate::engine::engine().thread_budget();
+        let Some(device) = dst.device_ptr() else { return crate::backend::host::copy_any_now(&tmp, dst, threads) };
+        if let Some(element) = self.constant_element(dst.dtype()) {
+            // `_zeros`, `_ones`, `_full`, `_set_value`: filled on the GPU, nothing uploaded.
+            return crate::gpu::transfer::fill(device, dst.dtype(), &element, dst.size() as u64).map_err(crate::Error::new);
+        }
+        // A GPU output: cast on the host into its dtype, then one upload.
+        let cast = NDArray::zeros(&self.value.shape, host_ctx, dst.dtype())?;
+        crate::backend::host::copy_any_now(&tmp, &cast, threads)?;
+        cast.read_bytes(|b| crate::gpu::transfer::upload(device, b)).map_err(crate::Error::new)
     }
 }

@@ -231,6 +231,7 @@ pub(crate) fn plan_row_sparse_pull(
 /// Waits for pending writes to the row ids.
 fn check_requested_rows(shown: &dyn Fn(i32) -> String, id: i32, stored: &NDArray, rid: &NDArray) -> Result<()> {
     let rows = stored.shape().first().copied().unwrap_or(0);
+    let rid = &rid.readable_on_host()?;
     let ids = crate::engine::engine().run_sync(&[rid.var()], &[], || rid.read_bytes(|b| crate::ndarray::row_ids_of(rid.dtype(), b, rid.size())))??;
     match ids.iter().find(|&&r| usize::try_from(r).map_or(true, |r| r >= rows)) {
         Some(bad) => crate::bail!("row id {bad} is out of range for key {}: the stored value has {rows} rows", shown(id)),
