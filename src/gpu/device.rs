@@ -93,7 +93,7 @@ fn open(rt: &'static Runtime, ordinal: i32) -> Result<Device, String> {
         Ok(streams)
     })?;
     if p2p_enabled() {
-        enable_peer_access(rt, ordinal)?;
+        enable_peer_access(rt, ordinal);
     }
     let completion = CompletionThread::start(&format!("kvstore-gpu{ordinal}-completion"))
         .map_err(|e| format!("gpu({ordinal}): starting its completion thread failed: {e}"))?;
@@ -101,28 +101,26 @@ fn open(rt: &'static Runtime, ordinal: i32) -> Result<Device, String> {
 }
 
 /// Lets `ordinal` and every other device read each other's memory where the hardware allows
-/// (MXNet's `EnableP2P`); copies between devices work either way.
-fn enable_peer_access(rt: &Runtime, ordinal: i32) -> Result<(), String> {
-    for peer in 0..rt.devices.len() as i32 {
-        if peer == ordinal {
-            continue;
-        }
+/// (MXNet's `EnableP2P`). Best effort, pair by pair: copies between devices work without it
+/// (the driver stages them), and a peer whose context has failed must not make this device
+/// unusable.
+fn enable_peer_access(rt: &Runtime, ordinal: i32) {
+    for peer in (0..rt.devices.len() as i32).filter(|p| *p != ordinal) {
         for (from, to) in [(ordinal, peer), (peer, ordinal)] {
             let mut can = 0;
             // SAFETY: valid ordinals (device handles equal ordinals in CUDA 12); valid out-pointer.
-            rt.check(from, "cuDeviceCanAccessPeer", unsafe { (rt.api.device_can_access_peer)(&mut can, from, to) })?;
-            if can == 0 {
+            let asked = unsafe { (rt.api.device_can_access_peer)(&mut can, from, to) };
+            let Ok(peer_ctx) = rt.primary_context(to) else { continue };
+            if asked != 0 || can == 0 {
                 continue;
             }
-            let peer_ctx = rt.primary_context(to)?;
-            rt.with_context(from, |api| {
+            let _ = rt.with_context(from, |api| {
                 // SAFETY: `from`'s context is current; `peer_ctx` a retained primary context.
                 let code = unsafe { (api.ctx_enable_peer_access)(peer_ctx, 0) };
                 if code == PEER_ACCESS_ALREADY_ENABLED { Ok(()) } else { rt.check(from, "cuCtxEnablePeerAccess", code) }
-            })?;
+            });
         }
     }
-    Ok(())
 }
 
 impl Device {
