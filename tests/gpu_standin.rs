@@ -1,0 +1,262 @@
+//! The GPU backend on the CUDA stand-in (`cuda-standin/`, test equipment executing the CUDA
+//! driver API on the CPU): the stand-in's directory goes first on `LD_LIBRARY_PATH` of the
+//! programs run here only, so every other test keeps seeing no driver (`ctests/gpu_absent.c`).
+//!
+//! - `ctests/gpu_diff.c` on 1, 2 and 4 devices: output identical to its CPU run (and with
+//!   injected stream delays, so a missing wait shows);
+//! - C programs of `ctests/` rebuilt with `-DDEV_CPU=2` (every array on a GPU), under
+//!   AddressSanitizer: output identical to their CPU build's (MXNet's refusal of a cast
+//!   across devices aside); the stand-in's device pointers fault on any host read;
+//! - faults (`CUDA_STANDIN_FAIL`): out of device memory at the call, a faulting kernel or
+//!   copy reported at the next wait on what it wrote, other work intact;
+//! - the trace (`CUDA_STANDIN_TRACE`): a steady push/pull loop makes no driver call on the
+//!   calling thread, allocates no pinned memory, and launches one kernel per device per push.
+//!
+//! Every run asserts that `MXGetGPUCount` equals `CUDA_STANDIN_DEVICES` (a stand-in missing
+//! an entry point makes the driver look absent, which must fail here, never skip).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+mod common;
+use common::{lib_dir, root};
+
+/// The stand-in's directory (built if needed by scripts/cuda-standin.sh).
+fn standin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new(root().join("scripts/cuda-standin.sh")).output().expect("run scripts/cuda-standin.sh");
+        assert!(out.status.success(), "building the stand-in failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let dir = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string();
+        assert!(Path::new(&dir).join("libcuda.so.1").exists(), "no libcuda.so.1 in {dir:?}");
+        PathBuf::from(dir)
+    })
+}
+
+/// NVRTC for the kernels' images (the stand-in reads their names).
+fn nvrtc() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Ok(p) = std::env::var("KVSTORE_NVRTC_PATH") {
+            return p;
+        }
+        let out = Command::new(root().join("scripts/nvrtc-wheel.sh")).output().expect("run scripts/nvrtc-wheel.sh");
+        assert!(out.status.success(), "NVRTC is needed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string()
+    })
+}
+
+/// Compiles `ctests/<name>.c` with `flags` into `<name>_<suffix>`.
+fn build(name: &str, suffix: &str, flags: &[&str]) -> PathBuf {
+    let dir = lib_dir().join("ctests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(format!("{name}_{suffix}"));
+    let out = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O1", "-g", "-pthread", "-I"])
+        .arg(root().join("include"))
+        .args(flags)
+        .arg(root().join("ctests").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(lib_dir())
+        .arg("-lkvstore")
+        .arg(format!("-Wl,-rpath,{}", lib_dir().display()))
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "compiling {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// Runs `exe args` on the stand-in with `devices` devices and the extra environment `env`.
+fn run(exe: &Path, args: &[&str], devices: usize, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(exe);
+    // NVRTC's directory too: it opens its builtins library by name (under ASan the loader
+    // does not find it beside libnvrtc otherwise).
+    let nvrtc_dir = Path::new(nvrtc()).parent().map(Path::to_path_buf).unwrap_or_default();
+    let path = std::env::join_paths([standin_dir().to_path_buf(), nvrtc_dir]).unwrap();
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", path)
+        .env("CUDA_STANDIN_DEVICES", devices.to_string())
+        .env("KVSTORE_NVRTC_PATH", nvrtc())
+        .env_remove("CUDA_STANDIN_FAIL")
+        .env_remove("CUDA_STANDIN_TRACE")
+        .env_remove("CUDA_STANDIN_DELAY_US")
+        .env_remove("DMLC_ROLE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run a C program")
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn assert_ok(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout (tail):\n{}\nstderr:\n{}",
+        out.status,
+        text(out).lines().rev().take(10).collect::<Vec<_>>().join("\n"),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn gpu_standin() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build("gpu_standin", "kv", &[]))
+}
+
+/// `MXGetGPUCount` equals the stand-in's device count, and the memory is the stand-in's.
+fn assert_device_count(devices: usize) {
+    let out = run(gpu_standin(), &["count"], devices, &[]);
+    assert_ok("gpu_standin count", &out);
+    assert!(text(&out).contains(&format!("gpus={devices} total=1073741824")), "{}", text(&out));
+}
+
+#[test]
+fn gpu_diff_is_identical_to_its_cpu_run_on_1_2_and_4_devices() {
+    let exe = build("gpu_diff", "kv", &["-ldl"]);
+    let cpu = run(&exe, &["cpu"], 2, &[]);
+    assert_ok("gpu_diff cpu", &cpu);
+    for devices in [1, 2, 4] {
+        assert_device_count(devices);
+        let gpu = run(&exe, &["gpu"], devices, &[]);
+        assert_ok(&format!("gpu_diff gpu on {devices} devices"), &gpu);
+        assert!(!text(&gpu).contains("skipped"), "gpu_diff saw no GPU:\n{}", text(&gpu));
+        assert!(gpu.stderr.is_empty(), "gpu_diff printed to stderr:\n{}", String::from_utf8_lossy(&gpu.stderr));
+        assert_same_lines(&format!("gpu_diff on {devices} devices"), &text(&cpu), &text(&gpu));
+    }
+}
+
+#[test]
+fn gpu_diff_with_stream_delays_is_identical_to_its_cpu_run() {
+    let exe = build("gpu_diff", "delay", &["-ldl"]);
+    let cpu = run(&exe, &["cpu", "--small"], 2, &[]);
+    assert_ok("gpu_diff cpu --small", &cpu);
+    let gpu = run(&exe, &["gpu", "--small"], 2, &[("CUDA_STANDIN_DELAY_US", "30")]);
+    assert_ok("gpu_diff gpu --small with delays", &gpu);
+    assert_same_lines("gpu_diff --small with CUDA_STANDIN_DELAY_US=30", &text(&cpu), &text(&gpu));
+}
+
+fn assert_same_lines(what: &str, cpu: &str, gpu: &str) {
+    let diffs: Vec<String> = cpu
+        .lines()
+        .zip(gpu.lines())
+        .enumerate()
+        .filter(|(_, (c, g))| c != g)
+        .take(10)
+        .map(|(i, (c, g))| format!("line {}:\n  cpu: {c}\n  gpu: {g}", i + 1))
+        .collect();
+    assert!(
+        diffs.is_empty() && cpu.lines().count() == gpu.lines().count(),
+        "{what}: outputs differ ({} vs {} lines):\n{}",
+        cpu.lines().count(),
+        gpu.lines().count(),
+        diffs.join("\n")
+    );
+}
+
+/// A C program's line on GPU arrays as its CPU build prints it: the device type in printed
+/// contexts is the build's, and a cast across devices is refused on GPUs (MXNet's rule)
+/// where the CPU casts.
+fn as_cpu_line<'a>(cpu: &'a str, gpu: &str) -> Option<&'a str> {
+    let normal = gpu.replace("ctx=2:", "ctx=1:").replace("ctx=(2,", "ctx=(1,");
+    if normal == cpu {
+        return Some(cpu);
+    }
+    let refused_cast = cpu
+        .strip_prefix("_copyto ")
+        .and_then(|rest| rest.split_once(':'))
+        .filter(|(types, _)| types.split_once("->").is_some_and(|(a, b)| a != b))
+        .is_some_and(|(types, _)| gpu == format!("_copyto {types}: error"));
+    refused_cast.then_some(cpu)
+}
+
+#[test]
+fn c_programs_on_gpu_arrays_under_asan_match_their_cpu_runs() {
+    // Not here: diff_ndarray reads GetData's pointer on the host (a crash on a GPU, as it
+    // should be); diff_store pulls into outputs of another dtype across devices, which MXNet
+    // refuses on GPUs.
+    let programs = ["walkthrough", "diff_dtypes", "diff_ops", "diff_slice_assign", "diff_sparse", "diff_broadcast_sparse", "diff_compression", "diff_parsing", "row_ids"];
+    let asan = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"];
+    for name in programs {
+        let cpu_exe = build(name, "devcpu", &["-DDEV_CPU=1", "-lm"]);
+        let gpu_exe = build(name, "devgpu_asan", &[&["-DDEV_CPU=2", "-lm"][..], &asan[..]].concat());
+        let cpu = run(&cpu_exe, &[], 4, &[]);
+        assert_ok(&format!("{name} on cpu arrays"), &cpu);
+        let gpu = run(&gpu_exe, &[], 4, &[("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")]);
+        assert_ok(&format!("{name} on gpu arrays (ASan)"), &gpu);
+        let (c, g) = (text(&cpu), text(&gpu));
+        assert_eq!(c.lines().count(), g.lines().count(), "{name}: line counts differ");
+        for (i, (cl, gl)) in c.lines().zip(g.lines()).enumerate() {
+            assert!(as_cpu_line(cl, gl).is_some(), "{name} line {}:\n  cpu arrays: {cl}\n  gpu arrays: {gl}", i + 1);
+        }
+    }
+}
+
+#[test]
+fn out_of_device_memory_fails_at_the_call_and_the_next_allocation_works() {
+    for devices in [1, 2] {
+        let out = run(gpu_standin(), &["alloc_fail"], devices, &[("CUDA_STANDIN_FAIL", "cuMemAlloc_v2:1")]);
+        assert_ok("gpu_standin alloc_fail", &out);
+    }
+}
+
+#[test]
+fn a_faulting_kernel_or_copy_reaches_the_next_wait_and_other_work_goes_on() {
+    for devices in [1, 2, 4] {
+        for fault in ["cuLaunchKernel:1", "cuMemcpyDtoHAsync_v2:1"] {
+            let out = run(gpu_standin(), &["async_fail"], devices, &[("CUDA_STANDIN_FAIL", fault)]);
+            assert_ok(&format!("gpu_standin async_fail with {fault} on {devices} devices"), &out);
+        }
+    }
+}
+
+/// One trace line's fields.
+struct Call<'a> {
+    tid: &'a str,
+    name: &'a str,
+    kernel: Option<&'a str>,
+}
+
+fn parse(line: &str) -> Option<Call<'_>> {
+    let field = |key: &str| line.split(' ').find_map(|f| f.strip_prefix(key));
+    Some(Call { tid: field("tid=")?, name: field("call=")?, kernel: field("kernel=") })
+}
+
+#[test]
+fn a_steady_push_pull_loop_stays_off_the_calling_thread_allocates_no_pinned_memory_and_launches_once_per_device() {
+    for devices in [1, 2, 4] {
+        let trace = lib_dir().join(format!("gpu_standin_trace_{devices}.txt"));
+        let _ = std::fs::remove_file(&trace);
+        let trace_s = trace.to_string_lossy().into_owned();
+        let out = run(gpu_standin(), &["trace_loop"], devices, &[("CUDA_STANDIN_TRACE", &trace_s)]);
+        assert_ok("gpu_standin trace_loop", &out);
+        let stdout = text(&out);
+        let value = |key: &str| -> String {
+            stdout.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in:\n{stdout}")).to_string()
+        };
+        let (from, to): (usize, usize) = (value("steady_from=").parse().unwrap(), value("steady_to=").parse().unwrap());
+        let (main_tid, pushes): (String, usize) = (value("tid="), value("calls=").parse().unwrap());
+        let all = std::fs::read(&trace).unwrap();
+        let steady = String::from_utf8_lossy(&all[from..to]).into_owned();
+        let calls: Vec<Call> = steady.lines().filter_map(parse).collect();
+        assert!(!calls.is_empty(), "no driver call traced in the steady loop");
+        let on_caller: Vec<&str> = calls.iter().filter(|c| c.tid == main_tid).map(|c| c.name).collect();
+        assert!(on_caller.is_empty(), "{devices} devices: the calling thread called the driver: {on_caller:?}");
+        let pinned: Vec<&str> = calls.iter().filter(|c| c.name.starts_with("cuMemHostAlloc") || c.name.starts_with("cuMemHostRegister")).map(|c| c.name).collect();
+        assert!(pinned.is_empty(), "{devices} devices: pinned allocations in the steady loop: {pinned:?}");
+        let launches: Vec<&Call> = calls.iter().filter(|c| c.name == "cuLaunchKernel").collect();
+        assert!(launches.iter().all(|c| c.kernel == Some("fused_sum")), "small keys are summed by fused launches only");
+        // The store places the keys' merge buffers over the devices: each push launches
+        // once on every device holding some, at least one and at most all of them.
+        assert!(
+            launches.len() >= pushes && launches.len() <= pushes * devices,
+            "{devices} devices: {} launches for {pushes} pushes of small keys",
+            launches.len()
+        );
+    }
+}
