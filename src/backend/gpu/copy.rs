@@ -29,30 +29,38 @@ pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
     engine().push_async(&reads, &writes, priority, move |env, done| run_copies(pairs_for_op, env, done));
 }
 
-/// Pinned buffers a copy stages through: sources filled now, destinations emptied at completion.
-#[derive(Default)]
-struct Staged {
-    sources: Vec<PinnedMemory>,
-    landings: Vec<(PinnedMemory, NDArray)>,
-}
+/// Pageable destinations and the pinned buffers they are filled from at completion.
+type Landings = Vec<(PinnedMemory, NDArray)>;
 
 fn run_copies(pairs: Vec<(NDArray, NDArray)>, env: &OpEnv, done: OpDone) {
     let mut q = Queue::new();
-    let mut staged = Staged::default();
+    let mut landings = Landings::new();
     for (src, dst) in &pairs {
-        if let Err(e) = enqueue(&mut q, src, dst, &mut staged, env.threads()) {
+        if let Err(e) = enqueue(&mut q, src, dst, &mut landings, env.threads()) {
             q.fail(e.message().to_string());
             break;
         }
     }
-    let Staged { sources, landings } = staged;
     q.finish(
         Box::new(move |outcome| {
             let landed = outcome.map_err(Error::new).and_then(|()| land(&landings));
             done.finish(landed);
         }),
-        Box::new((pairs, sources)),
+        Box::new(pairs),
     );
+}
+
+/// Where a GPU copy reads `src`: its own device or pinned memory, or (pageable host memory)
+/// a pinned staging buffer filled now and held by the queue until the work is done.
+pub(super) fn source_place(q: &mut Queue, src: &NDArray) -> Result<Place> {
+    if let Some(place) = src.copy_place() {
+        return Ok(place);
+    }
+    let mut buffer = PinnedMemory::staging(src.data_byte_len()).map_err(Error::new)?;
+    src.read_bytes(|b| buffer.bytes_mut().copy_from_slice(b));
+    let place = Place::Host(buffer.at(0));
+    q.hold(Box::new(buffer));
+    Ok(place)
 }
 
 /// Fills pageable destinations from their staging buffers.
@@ -63,29 +71,19 @@ fn land(landings: &[(PinnedMemory, NDArray)]) -> Result<()> {
     Ok(())
 }
 
-fn enqueue(q: &mut Queue, src: &NDArray, dst: &NDArray, staged: &mut Staged, threads: usize) -> Result<()> {
+fn enqueue(q: &mut Queue, src: &NDArray, dst: &NDArray, landings: &mut Landings, threads: usize) -> Result<()> {
     let bytes = src.data_byte_len();
-    let (from, to) = (src.copy_place(), dst.copy_place());
     if !src.on_device() && !dst.on_device() {
         // Host to host (a pull into mixed outputs): on the worker, now.
         return crate::backend::host::copy_any_now(src, dst, threads);
     }
-    let from = match from {
-        Some(place) => place,
-        None => {
-            let mut buffer = PinnedMemory::staging(bytes).map_err(Error::new)?;
-            src.read_bytes(|b| buffer.bytes_mut().copy_from_slice(b));
-            let place = Place::Host(buffer.at(0));
-            staged.sources.push(buffer);
-            place
-        }
-    };
-    let to = match to {
+    let from = source_place(q, src)?;
+    let to = match dst.copy_place() {
         Some(place) => place,
         None => {
             let buffer = PinnedMemory::staging(bytes).map_err(Error::new)?;
             let place = Place::Host(buffer.at(0));
-            staged.landings.push((buffer, dst.clone()));
+            landings.push((buffer, dst.clone()));
             place
         }
     };

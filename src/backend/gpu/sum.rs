@@ -9,7 +9,7 @@ use crate::engine::{engine, OpDone, Var};
 use crate::error::Error;
 use crate::gpu::fused::SmallKey;
 use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
-use crate::gpu::{DevicePtr, PinnedMemory, Place, Queue};
+use crate::gpu::{DevicePtr, Place, Queue};
 use crate::ndarray::{DType, NDArray, StorageType};
 use std::sync::Arc;
 
@@ -33,24 +33,15 @@ pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<
 
 /// The address on `ordinal` that the sum reads `v` from: its own, or scratch filled from it.
 fn source_on(q: &mut Queue, ordinal: i32, v: &NDArray, temps: &mut Vec<DevicePtr>) -> Option<DevicePtr> {
-    let bytes = v.data_byte_len();
-    let from = match v.copy_place() {
-        Some(Place::Device(p)) if p.ordinal == ordinal => return Some(p),
-        Some(place) => place,
-        None => {
-            let mut staged = match PinnedMemory::staging(bytes) {
-                Ok(s) => s,
-                Err(e) => {
-                    q.fail(e);
-                    return None;
-                }
-            };
-            v.read_bytes(|b| staged.bytes_mut().copy_from_slice(b));
-            let place = Place::Host(staged.at(0));
-            q.hold(Box::new(staged));
-            place
+    let from = match super::copy::source_place(q, v) {
+        Ok(Place::Device(p)) if p.ordinal == ordinal => return Some(p),
+        Ok(place) => place,
+        Err(e) => {
+            q.fail(e.message().to_string());
+            return None;
         }
     };
+    let bytes = v.data_byte_len();
     let scratch = q.alloc_temp(ordinal, bytes)?;
     q.copy_before_kernels(Place::Device(scratch), from, bytes);
     temps.push(scratch);
