@@ -3,6 +3,8 @@
 //! configuration once per process).
 #![allow(dead_code, non_snake_case)]
 
+pub mod nvrtc;
+
 use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -171,6 +173,9 @@ macro_rules! isolated_test {
             let out = $crate::common::run_child(stringify!($name), &[$(($key, &$value.to_string())),*]);
             let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
             assert!(out.status.success() && log.contains("1 passed"), "child run of {} failed:\n{log}", stringify!($name));
+            for line in log.lines().filter(|l| l.contains("skipped:")) {
+                println!("{}: {line}", stringify!($name));
+            }
         }
     };
 }
