@@ -123,29 +123,34 @@ isolated_test!(events_time_and_survive_destruction_while_awaited, ["CUDA_STANDIN
     ok!(api.cuEventSynchronize(never));
 });
 
-isolated_test!(the_legacy_stream_waits_for_blocking_streams_only, ["CUDA_STANDIN_DELAY_US" = DELAY_US], {
+isolated_test!(the_legacy_stream_waits_for_blocking_streams_only, [], {
     let api = Api::load();
     setup(&api, 0);
     let (blocking, non_blocking) = (stream(&api, 0), stream(&api, 0x1));
     let (b1, b2) = (device(&api, 4), device(&api, 4));
     ok!(api.cuMemsetD32_v2(b1, 0, 1));
     ok!(api.cuMemsetD32_v2(b2, 0, 1));
+    let held_blocking = Gate::close(&api, blocking);
     ok!(api.cuMemsetD32Async(b1, 11, 1, blocking));
-    let gate = Gate::close(&api, non_blocking);
+    let held_non_blocking = Gate::close(&api, non_blocking);
     ok!(api.cuMemsetD32Async(b2, 22, 1, non_blocking));
     let mut back = [0u32; 2];
-    ok!(api.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), b1, 4));
+    // A synchronous copy (legacy stream) waits for the blocking stream, held for 50 ms …
+    held_blocking.open_after(50);
     ok!(api.cuMemcpyDtoH_v2(back[1..].as_mut_ptr().cast(), b2, 4));
+    assert_eq!(back[1], 0, "… but not for the non-blocking one, held until opened below");
+    ok!(api.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), b1, 4));
     assert_eq!(back[0], 11, "a synchronous copy waits for the blocking stream");
-    assert_ne!(back[1], 22, "…but not for a non-blocking one");
-    gate.open();
+    held_non_blocking.open();
     ok!(api.cuCtxSynchronize());
     ok!(api.cuMemcpyDtoH_v2(back[1..].as_mut_ptr().cast(), b2, 4));
     assert_eq!(back[1], 22, "cuCtxSynchronize waits for every stream");
     // Work on a blocking stream waits for the legacy stream's earlier work.
-    ok!(api.cuMemsetD32Async(b1, 33, 1, std::ptr::null_mut()));
+    let held_legacy = Gate::close(&api, null_mut());
+    ok!(api.cuMemsetD32Async(b1, 33, 1, null_mut()));
     let host = pinned(&api, 1);
     ok!(api.cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), b1, 4, blocking));
+    held_legacy.open_after(50);
     ok!(api.cuStreamSynchronize(blocking));
     assert_eq!(host[0], 33);
 });

@@ -148,7 +148,11 @@ pub fn is_child(test: &str) -> bool {
     std::env::var(CHILD).is_ok_and(|t| t == test)
 }
 
-/// Runs test `test` of this binary in a child process with `env` added.
+/// How long a child may run: a stand-in bug that deadlocks fails the test instead of hanging it.
+const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs test `test` of this binary in a child process with `env` added (killed, and reported
+/// as failed, after CHILD_LIMIT).
 pub fn run_child(test: &str, env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command.args([test, "--exact", "--nocapture", "--test-threads=1"]).env(CHILD, test);
@@ -156,7 +160,26 @@ pub fn run_child(test: &str, env: &[(&str, &str)]) -> Output {
         command.env_remove(var);
     }
     command.envs(env.iter().copied());
-    command.output().unwrap()
+    let logs = profile_dir().join("cuda-standin-test");
+    std::fs::create_dir_all(&logs).unwrap();
+    let (out_path, err_path) = (logs.join(format!("{test}.{}.out", std::process::id())), logs.join(format!("{test}.{}.err", std::process::id())));
+    command.stdout(std::fs::File::create(&out_path).unwrap()).stderr(std::fs::File::create(&err_path).unwrap());
+    let mut child = command.spawn().unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > CHILD_LIMIT {
+            let _ = child.kill();
+            panic!("{test} ran longer than {CHILD_LIMIT:?} (a deadlock?); its output is in {}", out_path.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = Output { status, stdout: std::fs::read(&out_path).unwrap(), stderr: std::fs::read(&err_path).unwrap() };
+    let _ = std::fs::remove_file(&out_path);
+    let _ = std::fs::remove_file(&err_path);
+    output
 }
 
 /// Defines a test whose body runs in a child process with the given stand-in environment,
@@ -202,5 +225,15 @@ impl Gate {
 
     pub fn open(&self) {
         self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Opens the gate from another thread after `ms` milliseconds, while this thread is
+    /// blocked in a call that must wait for it.
+    pub fn open_after(&self, ms: u64) {
+        let open = self.0;
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            open.store(true, std::sync::atomic::Ordering::Release);
+        });
     }
 }
