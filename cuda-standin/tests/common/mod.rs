@@ -15,9 +15,10 @@ pub fn profile_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-/// The built stand-in, as cargo leaves it.
+/// The stand-in built with this test binary: target/<profile>/deps/, beside it (`cargo test`
+/// rebuilds that copy but does not refresh target/<profile>/libcuda_standin.so).
 pub fn library_path() -> PathBuf {
-    profile_dir().join("libcuda_standin.so")
+    std::env::current_exe().unwrap().parent().unwrap().join("libcuda_standin.so")
 }
 
 /// A directory holding the stand-in as libcuda.so and libcuda.so.1 (what
