@@ -103,7 +103,13 @@ fn launch_copy(api: &Api, f: Ptr, grid: [u32; 3], block: [u32; 3], shared: u32, 
     cu!(api.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, stream, params.as_mut_ptr(), null_mut()))
 }
 
-isolated_test!(a_kernel_runs_through_the_whole_path, ["CUDA_STANDIN_DELAY_US" = 5000], {
+fn trace_path(test: &str) -> String {
+    common::profile_dir().join(format!("{test}.trace")).display().to_string()
+}
+
+isolated_test!(a_kernel_runs_through_the_whole_path, ["CUDA_STANDIN_DELAY_US" = 5000, "CUDA_STANDIN_TRACE" = trace_path("a_kernel_runs_through_the_whole_path")], {
+    let trace = trace_path("a_kernel_runs_through_the_whole_path");
+    let _ = std::fs::remove_file(&trace);
     let api = Api::load();
     setup(&api, 0);
     let Some(f) = copy_bytes(&api) else { return };
@@ -120,6 +126,9 @@ isolated_test!(a_kernel_runs_through_the_whole_path, ["CUDA_STANDIN_DELAY_US" = 
     let mut back = vec![0u8; 1000];
     ok!(api.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), dst, 1000));
     assert_eq!(back, data);
+    let launches: Vec<String> = std::fs::read_to_string(&trace).unwrap().lines().filter(|l| l.contains(" call=cuLaunchKernel ")).map(str::to_string).collect();
+    assert_eq!(launches.len(), 1, "{launches:?}");
+    assert!(launches[0].contains(" dev=0 ") && launches[0].ends_with(" result=0 kernel=copy_bytes grid=3x1x1 block=128x1x1 shared=0"), "{}", launches[0]);
 });
 
 isolated_test!(launches_beyond_the_devices_limits_are_refused, [], {
