@@ -170,7 +170,7 @@ pub fn ptx_kernels(text: &str) -> Result<Vec<Kernel>, CUresult> {
     while let Some(at) = rest.find(".entry") {
         rest = &rest[at + ".entry".len()..];
         let open = rest.find('(');
-        let head_end = rest.find(|c: char| c == '{' || c == ';').unwrap_or(rest.len());
+        let head_end = rest.find(['{', ';']).unwrap_or(rest.len());
         let name_end = open.filter(|o| *o < head_end).unwrap_or(head_end);
         let name = rest[..name_end].trim();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == '.') {

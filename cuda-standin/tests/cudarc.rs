@@ -1,6 +1,7 @@
 //! cudarc 0.19 (as libkvstore uses it) runs on the stand-in: loaded as libcuda.so from
 //! LD_LIBRARY_PATH by a child process.
 
+#[macro_use]
 mod common;
 
 #[test]

@@ -2,6 +2,7 @@
 //! and no `cu*` symbol the list does not name.
 
 use cuda_standin::symbols::{EXPORTED, TEST_ONLY};
+#[macro_use]
 mod common;
 
 #[test]

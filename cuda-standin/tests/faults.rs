@@ -1,5 +1,6 @@
 //! Faults on demand (CUDA_STANDIN_FAIL) and the trace (CUDA_STANDIN_TRACE).
 
+#[macro_use]
 mod common;
 use common::{setup, Api, Ptr};
 use std::ptr::null_mut;

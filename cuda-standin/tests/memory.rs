@@ -1,6 +1,7 @@
 //! Devices, contexts, allocation accounting, copies, the sticky illegal address, pinned host
 //! memory, peer access, and what a host read of device memory and a fork do.
 
+#[macro_use]
 mod common;
 use common::{setup, Api, Ptr};
 use std::ffi::{c_int, c_void, CStr};

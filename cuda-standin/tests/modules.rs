@@ -2,6 +2,7 @@
 //! resolution to the host build, and launches through the whole path: NVRTC output →
 //! cuModuleLoadData → cuModuleGetFunction → cuLaunchKernel → the host build on a stream.
 
+#[macro_use]
 mod common;
 use common::nvrtc::{self, FILES};
 use common::{setup, Api, Ptr};
@@ -97,6 +98,7 @@ fn copy_bytes(api: &Api) -> Option<Ptr> {
 }
 
 /// Launches copy_bytes(dst, src, n) on `stream`.
+#[allow(clippy::too_many_arguments)] // cuLaunchKernel's own shape
 fn launch_copy(api: &Api, f: Ptr, grid: [u32; 3], block: [u32; 3], shared: u32, stream: Ptr, dst: u64, src: u64, n: u64) -> i32 {
     let (mut d, mut s, mut n) = (dst, src, n);
     let mut params: [*mut c_void; 3] = [(&mut d as *mut u64).cast(), (&mut s as *mut u64).cast(), (&mut n as *mut u64).cast()];

@@ -2,6 +2,7 @@
 //! injected delay so an ordering bug shows), the legacy default stream, pageable versus
 //! pinned copies, host functions, events.
 
+#[macro_use]
 mod common;
 use common::{setup, Api, Gate, Ptr};
 use std::ffi::c_void;
@@ -160,9 +161,9 @@ isolated_test!(pageable_async_copies_behave_as_the_driver, ["CUDA_STANDIN_DELAY_
     setup(&api, 0);
     let s = stream(&api, 0);
     let buf = device(&api, 4);
-    let mut pageable = vec![1u32];
+    let mut pageable = [1u32];
     ok!(api.cuMemcpyHtoDAsync_v2(buf, pageable.as_ptr().cast(), 4, s));
-    pageable[0] = 2; // reusable at once: the source was read when the call returned
+    std::hint::black_box(&mut pageable)[0] = 2; // reusable at once: the source was read when the call returned
     let mut out = vec![0u32];
     ok!(api.cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), buf, 4, s));
     assert_eq!(out[0], 1, "into pageable memory the copy has completed when the call returns");

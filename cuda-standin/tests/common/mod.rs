@@ -1,7 +1,9 @@
 //! What the stand-in's tests share: the built library loaded by path with typed entry points,
 //! and running one test in a child process with its own environment (the stand-in reads its
 //! configuration once per process).
-#![allow(dead_code, non_snake_case)]
+// Each test uses part of this module; the entry points keep cuda.h's names; `cu!` is the one
+// place tests call into the stand-in, its arguments being the test's own expressions.
+#![allow(dead_code, unused_macros, non_snake_case)]
 
 pub mod nvrtc;
 
@@ -116,7 +118,6 @@ api! {
 }
 
 /// Calls an entry point: `cu!(api.cuInit(0))` answers its CUresult.
-#[macro_export]
 macro_rules! cu {
     ($api:ident . $name:ident ( $($arg:expr),* $(,)? )) => {
         // SAFETY: the test passes arguments valid for the entry point, as cuda.h documents.
@@ -125,10 +126,9 @@ macro_rules! cu {
 }
 
 /// Asserts an entry point succeeded.
-#[macro_export]
 macro_rules! ok {
     ($api:ident . $name:ident ( $($arg:expr),* $(,)? )) => {
-        assert_eq!($crate::cu!($api.$name($($arg),*)), 0, "{} failed", stringify!($name))
+        assert_eq!(cu!($api.$name($($arg),*)), 0, "{} failed", stringify!($name))
     };
 }
 
@@ -185,7 +185,6 @@ pub fn run_child(test: &str, env: &[(&str, &str)]) -> Output {
 
 /// Defines a test whose body runs in a child process with the given stand-in environment,
 /// and passes only if the child's body passed.
-#[macro_export]
 macro_rules! isolated_test {
     ($name:ident, [$($key:literal = $value:expr),* $(,)?], $body:block) => {
         #[test]
