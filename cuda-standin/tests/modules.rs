@@ -105,12 +105,8 @@ fn launch_copy(api: &Api, f: Ptr, grid: [u32; 3], block: [u32; 3], shared: u32, 
     cu!(api.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, stream, params.as_mut_ptr(), null_mut()))
 }
 
-fn trace_path(test: &str) -> String {
-    common::profile_dir().join(format!("{test}.trace")).display().to_string()
-}
-
-isolated_test!(a_kernel_runs_through_the_whole_path, ["CUDA_STANDIN_DELAY_US" = 5000, "CUDA_STANDIN_TRACE" = trace_path("a_kernel_runs_through_the_whole_path")], {
-    let trace = trace_path("a_kernel_runs_through_the_whole_path");
+isolated_test!(a_kernel_runs_through_the_whole_path, ["CUDA_STANDIN_DELAY_US" = 5000, "CUDA_STANDIN_TRACE" = common::trace_path("a_kernel_runs_through_the_whole_path")], {
+    let trace = common::trace_path("a_kernel_runs_through_the_whole_path");
     let _ = std::fs::remove_file(&trace);
     let api = Api::load();
     setup(&api, 0);

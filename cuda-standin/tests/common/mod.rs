@@ -141,6 +141,11 @@ pub fn setup(api: &Api, ordinal: c_int) -> Ptr {
     ctx
 }
 
+/// Where test `test` has the stand-in write its trace (CUDA_STANDIN_TRACE).
+pub fn trace_path(test: &str) -> String {
+    profile_dir().join(format!("{test}.trace")).display().to_string()
+}
+
 /// The environment variable naming the test a child process must run.
 const CHILD: &str = "CUDA_STANDIN_TEST_CHILD";
 
