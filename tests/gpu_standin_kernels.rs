@@ -26,7 +26,7 @@ use std::sync::OnceLock;
 
 #[allow(dead_code)] // lib_dir: this test needs no libkvstore.so
 mod common;
-use common::root;
+use common::{root, Rng};
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -132,20 +132,6 @@ fn launch(name: &str, mut params: Params, grid: u32, block: u32) {
 
 fn launch_n(name: &str, params: Params, n: u64) {
     launch(name, params, grid_blocks(n, THREADS, 2), THREADS);
-}
-
-/// A small deterministic generator (xorshift), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Values that the kernels must get exactly right, per float type: ±0, subnormals, ±Inf,
@@ -486,6 +472,12 @@ fn row_sparse_accumulate_equals_the_cpu_sum_of_rows() {
     }
 }
 
+/// rsp_gather and rsp_scatter share their parameters: (out, in, ids, n_ids, n_rows, row_bytes).
+fn launch_rows(kernel: &str, out: *mut u8, input: *const u8, ids: &[i64], n_rows: i64, row_bytes: usize) {
+    let params = Params::default().ptr(out).ptr(input).ptr(ids.as_ptr()).val(ids.len() as u64).val(n_rows as u64).val(row_bytes as u64);
+    launch_n(kernel, params, (ids.len() * row_bytes) as u64);
+}
+
 #[test]
 fn row_gather_and_scatter_equal_retain_and_densify_with_ids_out_of_range() {
     let mut rng = Rng(0x5eed_0007);
@@ -500,14 +492,7 @@ fn row_gather_and_scatter_equal_retain_and_densify_with_ids_out_of_range() {
         let all_rows: Vec<i64> = (0..n_rows).collect();
         let cpu = sparse::retain(row_bytes, &all_rows, &dense, &ids).unwrap();
         let mut gathered = vec![0xeeu8; ids.len() * row_bytes];
-        let params = Params::default()
-            .ptr(gathered.as_mut_ptr())
-            .ptr(dense.as_ptr())
-            .ptr(ids.as_ptr())
-            .val(ids.len() as u64)
-            .val(n_rows as u64)
-            .val(row_bytes as u64);
-        launch_n("rsp_gather", params, (ids.len() * row_bytes) as u64);
+        launch_rows("rsp_gather", gathered.as_mut_ptr(), dense.as_ptr(), &ids, n_rows, row_bytes);
         assert_eq!(gathered, cpu.bytes(), "rsp_gather, rows of {row_bytes} bytes");
 
         let data = values(&mut rng, DType::Uint8, ids.len() * row_bytes);
@@ -515,14 +500,7 @@ fn row_gather_and_scatter_equal_retain_and_densify_with_ids_out_of_range() {
         sparse::densify(row_bytes, &ids, &data, &mut cpu_dense);
         // The kernel writes into a zeroed array, as the backend hands it one.
         let mut scattered = vec![0u8; dense.len()];
-        let params = Params::default()
-            .ptr(scattered.as_mut_ptr())
-            .ptr(data.as_ptr())
-            .ptr(ids.as_ptr())
-            .val(ids.len() as u64)
-            .val(n_rows as u64)
-            .val(row_bytes as u64);
-        launch_n("rsp_scatter", params, (ids.len() * row_bytes) as u64);
+        launch_rows("rsp_scatter", scattered.as_mut_ptr(), data.as_ptr(), &ids, n_rows, row_bytes);
         assert_eq!(scattered, cpu_dense, "rsp_scatter, rows of {row_bytes} bytes");
     }
 }
