@@ -4,6 +4,7 @@
 //! (whose addresses fault when the host dereferences them untranslated), and a freed address
 //! inside a table is an illegal address, sticky, as on a GPU.
 
+#[macro_use]
 mod common;
 use common::{nvrtc, setup, Api, Ptr};
 use std::ffi::{c_void, CString};
