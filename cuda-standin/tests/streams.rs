@@ -199,3 +199,33 @@ isolated_test!(host_functions_and_stream_ordered_allocation, ["CUDA_STANDIN_DELA
     ok!(api.cuStreamDestroy_v2(s));
     assert_eq!(cu!(api.cuStreamSynchronize(s)), 400);
 });
+
+isolated_test!(threads_on_several_devices_keep_their_own_order, ["CUDA_STANDIN_DEVICES" = 2, "CUDA_STANDIN_DELAY_US" = 200], {
+    let api = std::sync::Arc::new(Api::load());
+    ok!(api.cuInit(0));
+    let workers: Vec<_> = (0..4u32)
+        .map(|t| {
+            let api = api.clone();
+            std::thread::spawn(move || {
+                let mut ctx: Ptr = null_mut();
+                ok!(api.cuDevicePrimaryCtxRetain(&mut ctx, (t % 2) as i32));
+                ok!(api.cuCtxSetCurrent(ctx));
+                let s = stream(&api, 0x1);
+                let buf = device(&api, 64 * 4);
+                let host = pinned(&api, 64);
+                for round in 0..20u32 {
+                    let value = t * 1000 + round;
+                    ok!(api.cuMemsetD32Async(buf, value, 64, s));
+                    ok!(api.cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), buf, 64 * 4, s));
+                    ok!(api.cuStreamSynchronize(s));
+                    assert!(host.iter().all(|&v| v == value), "thread {t} round {round}");
+                }
+                ok!(api.cuStreamDestroy_v2(s));
+                ok!(api.cuMemFree_v2(buf));
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+});
