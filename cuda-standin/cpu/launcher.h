@@ -73,6 +73,8 @@ int launch(void (*kernel)(A...), const Launch& l) {
     return 0;
   } catch (const Fault& f) {
     return f.result;
+  } catch (...) {
+    return 999;  // CUDA_ERROR_UNKNOWN: no C++ exception may reach the Rust caller
   }
 }
 

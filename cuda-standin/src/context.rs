@@ -39,9 +39,15 @@ thread_local! {
     static STACK: RefCell<Vec<Arc<Context>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Per device: the primary context (made on first retain, kept for the process so its handle
+/// A device's primary context (made on first retain, kept for the process so its handle
 /// stays the same) and its retain count.
-static PRIMARY: Lazy<Vec<Mutex<(Option<Arc<Context>>, u32)>>> = Lazy::new(|| (0..devices::count()).map(|_| Mutex::new((None, 0))).collect());
+#[derive(Default)]
+struct PrimarySlot {
+    context: Option<Arc<Context>>,
+    retains: u32,
+}
+
+static PRIMARY: Lazy<Vec<Mutex<PrimarySlot>>> = Lazy::new(|| (0..devices::count()).map(|_| Mutex::default()).collect());
 
 impl Context {
     fn make(device: i32, primary: bool) -> Arc<Context> {
@@ -207,20 +213,20 @@ pub fn synchronize_all() {
 pub fn primary_retain(device: i32) -> Result<Arc<Context>, CUresult> {
     devices::get(device)?;
     let mut slot = PRIMARY[device as usize].lock();
-    let context = slot.0.get_or_insert_with(|| Context::make(device, true)).clone();
-    slot.1 += 1;
+    let context = slot.context.get_or_insert_with(|| Context::make(device, true)).clone();
+    slot.retains += 1;
     Ok(context)
 }
 
 pub fn primary_release(device: i32) -> Result<(), CUresult> {
     devices::get(device)?;
     let mut slot = PRIMARY[device as usize].lock();
-    if slot.1 == 0 {
+    if slot.retains == 0 {
         return Err(INVALID_CONTEXT);
     }
-    slot.1 -= 1;
-    if slot.1 == 0 {
-        if let Some(context) = &slot.0 {
+    slot.retains -= 1;
+    if slot.retains == 0 {
+        if let Some(context) = &slot.context {
             context.reset();
         }
     }
@@ -230,15 +236,15 @@ pub fn primary_release(device: i32) -> Result<(), CUresult> {
 pub fn primary_reset(device: i32) -> Result<(), CUresult> {
     devices::get(device)?;
     let mut slot = PRIMARY[device as usize].lock();
-    if let Some(context) = &slot.0 {
+    if let Some(context) = &slot.context {
         context.reset();
     }
-    slot.1 = 0;
+    slot.retains = 0;
     Ok(())
 }
 
 /// `(retained, flags)` as cuDevicePrimaryCtxGetState answers (active = retained at least once).
 pub fn primary_state(device: i32) -> Result<bool, CUresult> {
     devices::get(device)?;
-    Ok(PRIMARY[device as usize].lock().1 > 0)
+    Ok(PRIMARY[device as usize].lock().retains > 0)
 }

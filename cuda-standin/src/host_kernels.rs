@@ -163,6 +163,42 @@ mod tests {
         assert!(seen >= 8, "only {seen} literal kernels found: the scan is broken");
     }
 
+    /// Compiles `kernel` behind the shim as build.rs compiles kernels/; the compiler's result.
+    fn compile_with_shim(kernel: &str) -> std::process::Output {
+        let cpu = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cpu");
+        let mut child = std::process::Command::new("c++")
+            .args(["-std=c++17", "-fsyntax-only", "-x", "c++", "-I"])
+            .arg(cpu)
+            .arg("-")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run c++");
+        let source = format!("#include \"cuda_shim.h\"\n{kernel}\n");
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), source.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    #[test]
+    fn block_cooperation_is_refused_at_build_time() {
+        let plain = "__global__ void k(float* x) { x[threadIdx.x] = 1.0f; }";
+        assert!(compile_with_shim(plain).status.success(), "the control must compile");
+        for body in [
+            "__global__ void k(float* x) { __shared__ float s[32]; s[threadIdx.x] = x[0]; }",
+            "__global__ void k(float* x) { extern __shared__ float s[]; x[0] = s[0]; }",
+            "__global__ void k(float* x) { x[0] = 1.0f; __syncthreads(); }",
+            "__global__ void k(float* x) { atomicAdd(x, 1.0f); }",
+        ] {
+            let out = compile_with_shim(body);
+            assert!(!out.status.success(), "the host build must refuse: {body}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if body.contains("__s") {
+                assert!(stderr.contains("not supported by the stand-in's host build"), "{body}: {stderr}");
+            }
+        }
+    }
+
     fn launch(name: &str, params: &mut [*mut c_void], grid: u32, block: u32) -> c_int {
         let name = CString::new(name).unwrap();
         let (grid, block) = (Dim3 { x: grid, y: 1, z: 1 }, Dim3 { x: block, y: 1, z: 1 });

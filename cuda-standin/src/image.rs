@@ -107,11 +107,13 @@ fn c_string(table: &[u8], at: usize) -> Result<&str, CUresult> {
 
 const SHT_SYMTAB: u32 = 2;
 const STT_FUNC: u8 = 2;
+/// st_other flag of a CUDA kernel (an entry point), as opposed to a device function.
+const STO_CUDA_ENTRY: u8 = 0x10;
 /// `.nv.info.<kernel>` attribute EIATTR_KPARAM_INFO: one parameter's ordinal, offset, size.
 const EIATTR_KPARAM_INFO: u8 = 0x17;
 const EIFMT_SVAL: u8 = 0x04;
 
-/// The kernels of a CUBIN: its STT_FUNC symbols, with parameter sizes from `.nv.info.<name>`.
+/// The kernels of a CUBIN: its STT_FUNC symbols marked as entries (STO_CUDA_ENTRY), with parameter sizes from `.nv.info.<name>`.
 pub fn cubin_kernels(elf: &[u8]) -> Result<Vec<Kernel>, CUresult> {
     if elf.get(..4) != Some(ELF_MAGIC) {
         return Err(INVALID_IMAGE);
@@ -121,7 +123,7 @@ pub fn cubin_kernels(elf: &[u8]) -> Result<Vec<Kernel>, CUresult> {
     let strtab = sections.get(symtab.link).ok_or(INVALID_IMAGE)?;
     let mut kernels = Vec::new();
     for symbol in symtab.bytes.chunks_exact(24) {
-        if symbol[4] & 0xf != STT_FUNC {
+        if symbol[4] & 0xf != STT_FUNC || symbol[5] & STO_CUDA_ENTRY == 0 {
             continue;
         }
         let name = c_string(strtab.bytes, u32_at(symbol, 0)? as usize)?;
@@ -168,7 +170,7 @@ pub fn ptx_kernels(text: &str) -> Result<Vec<Kernel>, CUresult> {
     while let Some(at) = rest.find(".entry") {
         rest = &rest[at + ".entry".len()..];
         let open = rest.find('(');
-        let head_end = rest.find(|c: char| c == '{' || c == ';').unwrap_or(rest.len());
+        let head_end = rest.find(['{', ';']).unwrap_or(rest.len());
         let name_end = open.filter(|o| *o < head_end).unwrap_or(head_end);
         let name = rest[..name_end].trim();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == '.') {

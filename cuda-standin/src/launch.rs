@@ -103,3 +103,39 @@ pub fn work(function: &Function, context: Arc<Context>, parameters: Parameters, 
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    fn function() -> Function {
+        Function { handle: 1, module: 2, name: "k".into(), params: vec![], index: 0, max_dynamic_shared: AtomicU32::new(48 * 1024) }
+    }
+
+    fn d(x: u32, y: u32, z: u32) -> Dim3 {
+        Dim3 { x, y, z }
+    }
+
+    #[test]
+    fn launches_are_checked_against_an_h100s_limits() {
+        let f = function();
+        assert_eq!(check(&f, d(i32::MAX as u32, 65535, 65535), d(1024, 1, 1), 48 * 1024), Ok(()));
+        assert_eq!(check(&f, d(1, 1, 1), d(8, 8, 16), 0), Ok(()));
+        for (grid, block, shared) in [
+            (d(0, 1, 1), d(1, 1, 1), 0),
+            (d(1, 1, 1), d(1, 0, 1), 0),
+            (d(1 << 31, 1, 1), d(1, 1, 1), 0),
+            (d(1, 65536, 1), d(1, 1, 1), 0),
+            (d(1, 1, 65536), d(1, 1, 1), 0),
+            (d(1, 1, 1), d(1025, 1, 1), 0),
+            (d(1, 1, 1), d(1, 1, 65), 0),
+            (d(1, 1, 1), d(64, 16, 2), 0),
+            (d(1, 1, 1), d(1, 1, 1), 48 * 1024 + 1),
+        ] {
+            assert_eq!(check(&f, grid, block, shared), Err(INVALID_VALUE), "{grid:?} {block:?} {shared}");
+        }
+        f.max_dynamic_shared.store(227 * 1024, Ordering::Relaxed);
+        assert_eq!(check(&f, d(1, 1, 1), d(1, 1, 1), 227 * 1024), Ok(()));
+    }
+}

@@ -14,7 +14,7 @@ mod exports;
 mod faults;
 mod handles;
 mod host_memory;
-mod image;
+pub mod image;
 mod launch;
 mod module;
 mod memory;

@@ -1,5 +1,6 @@
 //! Faults on demand (CUDA_STANDIN_FAIL) and the trace (CUDA_STANDIN_TRACE).
 
+#[macro_use]
 mod common;
 use common::{setup, Api, Ptr};
 use std::ptr::null_mut;
@@ -38,12 +39,8 @@ isolated_test!(an_event_synchronisation_fails_as_a_device_fault, ["CUDA_STANDIN_
     assert_eq!(cu!(api.cuCtxSynchronize()), 700);
 });
 
-fn trace_path(test: &str) -> String {
-    common::profile_dir().join(format!("{test}.trace")).display().to_string()
-}
-
-isolated_test!(the_trace_has_one_line_per_call, ["CUDA_STANDIN_TRACE" = trace_path("the_trace_has_one_line_per_call")], {
-    let path = trace_path("the_trace_has_one_line_per_call");
+isolated_test!(the_trace_has_one_line_per_call, ["CUDA_STANDIN_TRACE" = common::trace_path("the_trace_has_one_line_per_call")], {
+    let path = common::trace_path("the_trace_has_one_line_per_call");
     let _ = std::fs::remove_file(&path);
     let api = Api::load();
     setup(&api, 1);

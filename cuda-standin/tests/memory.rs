@@ -1,6 +1,7 @@
 //! Devices, contexts, allocation accounting, copies, the sticky illegal address, pinned host
 //! memory, peer access, and what a host read of device memory and a fork do.
 
+#[macro_use]
 mod common;
 use common::{setup, Api, Ptr};
 use std::ffi::{c_int, c_void, CStr};
@@ -217,4 +218,27 @@ isolated_test!(a_process_forked_after_cuinit_gets_errors, [], {
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the forked child's calls did not all answer 3");
     ok!(api.cuMemFree_v2(dev));
     let _ = std::ptr::null::<c_void>();
+});
+
+isolated_test!(releasing_or_destroying_a_context_frees_its_memory, ["CUDA_STANDIN_MEMORY" = 1 << 20], {
+    let api = Api::load();
+    let primary = setup(&api, 0);
+    let mut d = 0u64;
+    ok!(api.cuMemAlloc_v2(&mut d, 1 << 19));
+    assert_eq!(mem_info(&api).0, 1 << 19);
+    ok!(api.cuDevicePrimaryCtxRelease_v2(0));
+    assert_eq!(cu!(api.cuDevicePrimaryCtxRelease_v2(0)), 201, "not retained");
+    let mut again: Ptr = null_mut();
+    ok!(api.cuDevicePrimaryCtxRetain(&mut again, 0));
+    assert_eq!(again, primary, "the primary context keeps its handle");
+    assert_eq!(mem_info(&api).0, 1 << 20, "the last release freed the context's memory");
+    assert_eq!(cu!(api.cuMemFree_v2(d)), 1);
+    let mut created: Ptr = null_mut();
+    ok!(api.cuCtxCreate_v2(&mut created, 0, 0));
+    ok!(api.cuMemAlloc_v2(&mut d, 1 << 19));
+    ok!(api.cuCtxDestroy_v2(created));
+    ok!(api.cuCtxSetCurrent(primary));
+    assert_eq!(mem_info(&api).0, 1 << 20, "destroying a context frees its memory");
+    assert_eq!(cu!(api.cuCtxSetCurrent(created)), 709, "destroyed");
+    assert_eq!(cu!(api.cuCtxDestroy_v2(primary)), 201, "a primary context is released, not destroyed");
 });

@@ -2,6 +2,7 @@
 //! injected delay so an ordering bug shows), the legacy default stream, pageable versus
 //! pinned copies, host functions, events.
 
+#[macro_use]
 mod common;
 use common::{setup, Api, Gate, Ptr};
 use std::ffi::c_void;
@@ -123,29 +124,34 @@ isolated_test!(events_time_and_survive_destruction_while_awaited, ["CUDA_STANDIN
     ok!(api.cuEventSynchronize(never));
 });
 
-isolated_test!(the_legacy_stream_waits_for_blocking_streams_only, ["CUDA_STANDIN_DELAY_US" = DELAY_US], {
+isolated_test!(the_legacy_stream_waits_for_blocking_streams_only, [], {
     let api = Api::load();
     setup(&api, 0);
     let (blocking, non_blocking) = (stream(&api, 0), stream(&api, 0x1));
     let (b1, b2) = (device(&api, 4), device(&api, 4));
     ok!(api.cuMemsetD32_v2(b1, 0, 1));
     ok!(api.cuMemsetD32_v2(b2, 0, 1));
+    let held_blocking = Gate::close(&api, blocking);
     ok!(api.cuMemsetD32Async(b1, 11, 1, blocking));
-    let gate = Gate::close(&api, non_blocking);
+    let held_non_blocking = Gate::close(&api, non_blocking);
     ok!(api.cuMemsetD32Async(b2, 22, 1, non_blocking));
     let mut back = [0u32; 2];
-    ok!(api.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), b1, 4));
+    // A synchronous copy (legacy stream) waits for the blocking stream, held for 50 ms …
+    held_blocking.open_after(50);
     ok!(api.cuMemcpyDtoH_v2(back[1..].as_mut_ptr().cast(), b2, 4));
+    assert_eq!(back[1], 0, "… but not for the non-blocking one, held until opened below");
+    ok!(api.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), b1, 4));
     assert_eq!(back[0], 11, "a synchronous copy waits for the blocking stream");
-    assert_ne!(back[1], 22, "…but not for a non-blocking one");
-    gate.open();
+    held_non_blocking.open();
     ok!(api.cuCtxSynchronize());
     ok!(api.cuMemcpyDtoH_v2(back[1..].as_mut_ptr().cast(), b2, 4));
     assert_eq!(back[1], 22, "cuCtxSynchronize waits for every stream");
     // Work on a blocking stream waits for the legacy stream's earlier work.
-    ok!(api.cuMemsetD32Async(b1, 33, 1, std::ptr::null_mut()));
+    let held_legacy = Gate::close(&api, null_mut());
+    ok!(api.cuMemsetD32Async(b1, 33, 1, null_mut()));
     let host = pinned(&api, 1);
     ok!(api.cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), b1, 4, blocking));
+    held_legacy.open_after(50);
     ok!(api.cuStreamSynchronize(blocking));
     assert_eq!(host[0], 33);
 });
@@ -155,9 +161,9 @@ isolated_test!(pageable_async_copies_behave_as_the_driver, ["CUDA_STANDIN_DELAY_
     setup(&api, 0);
     let s = stream(&api, 0);
     let buf = device(&api, 4);
-    let mut pageable = vec![1u32];
+    let mut pageable = [1u32];
     ok!(api.cuMemcpyHtoDAsync_v2(buf, pageable.as_ptr().cast(), 4, s));
-    pageable[0] = 2; // reusable at once: the source was read when the call returned
+    std::hint::black_box(&mut pageable)[0] = 2; // reusable at once: the source was read when the call returned
     let mut out = vec![0u32];
     ok!(api.cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), buf, 4, s));
     assert_eq!(out[0], 1, "into pageable memory the copy has completed when the call returns");
@@ -192,4 +198,34 @@ isolated_test!(host_functions_and_stream_ordered_allocation, ["CUDA_STANDIN_DELA
     assert_eq!(cu!(api.cuMemFree_v2(buf)), 1, "freed by the stream");
     ok!(api.cuStreamDestroy_v2(s));
     assert_eq!(cu!(api.cuStreamSynchronize(s)), 400);
+});
+
+isolated_test!(threads_on_several_devices_keep_their_own_order, ["CUDA_STANDIN_DEVICES" = 2, "CUDA_STANDIN_DELAY_US" = 200], {
+    let api = std::sync::Arc::new(Api::load());
+    ok!(api.cuInit(0));
+    let workers: Vec<_> = (0..4u32)
+        .map(|t| {
+            let api = api.clone();
+            std::thread::spawn(move || {
+                let mut ctx: Ptr = null_mut();
+                ok!(api.cuDevicePrimaryCtxRetain(&mut ctx, (t % 2) as i32));
+                ok!(api.cuCtxSetCurrent(ctx));
+                let s = stream(&api, 0x1);
+                let buf = device(&api, 64 * 4);
+                let host = pinned(&api, 64);
+                for round in 0..20u32 {
+                    let value = t * 1000 + round;
+                    ok!(api.cuMemsetD32Async(buf, value, 64, s));
+                    ok!(api.cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), buf, 64 * 4, s));
+                    ok!(api.cuStreamSynchronize(s));
+                    assert!(host.iter().all(|&v| v == value), "thread {t} round {round}");
+                }
+                ok!(api.cuStreamDestroy_v2(s));
+                ok!(api.cuMemFree_v2(buf));
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
 });

@@ -154,7 +154,7 @@ pub extern "C" fn cuMemcpyPeerAsync(dst: u64, dst_ctx: *mut c_void, src: u64, sr
 
 /// A memset's checked destination: `count` elements of `width` bytes, aligned to `width`.
 fn fill_target(ctx: &Context, dst: u64, width: usize, count: usize) -> Result<Span, CUresult> {
-    if dst % width as u64 != 0 {
+    if !dst.is_multiple_of(width as u64) {
         return Err(INVALID_VALUE);
     }
     device(ctx, dst, count.checked_mul(width).ok_or(INVALID_VALUE)?)

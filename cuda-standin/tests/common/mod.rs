@@ -1,7 +1,11 @@
 //! What the stand-in's tests share: the built library loaded by path with typed entry points,
 //! and running one test in a child process with its own environment (the stand-in reads its
 //! configuration once per process).
-#![allow(dead_code, non_snake_case)]
+// Each test uses part of this module; the entry points keep cuda.h's names; `cu!` is the one
+// place tests call into the stand-in, its arguments being the test's own expressions.
+#![allow(dead_code, unused_macros, non_snake_case)]
+
+pub mod nvrtc;
 
 use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
 use std::path::PathBuf;
@@ -13,9 +17,10 @@ pub fn profile_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-/// The built stand-in, as cargo leaves it.
+/// The stand-in built with this test binary: target/<profile>/deps/, beside it (`cargo test`
+/// rebuilds that copy but does not refresh target/<profile>/libcuda_standin.so).
 pub fn library_path() -> PathBuf {
-    profile_dir().join("libcuda_standin.so")
+    std::env::current_exe().unwrap().parent().unwrap().join("libcuda_standin.so")
 }
 
 /// A directory holding the stand-in as libcuda.so and libcuda.so.1 (what
@@ -113,7 +118,6 @@ api! {
 }
 
 /// Calls an entry point: `cu!(api.cuInit(0))` answers its CUresult.
-#[macro_export]
 macro_rules! cu {
     ($api:ident . $name:ident ( $($arg:expr),* $(,)? )) => {
         // SAFETY: the test passes arguments valid for the entry point, as cuda.h documents.
@@ -122,10 +126,9 @@ macro_rules! cu {
 }
 
 /// Asserts an entry point succeeded.
-#[macro_export]
 macro_rules! ok {
     ($api:ident . $name:ident ( $($arg:expr),* $(,)? )) => {
-        assert_eq!($crate::cu!($api.$name($($arg),*)), 0, "{} failed", stringify!($name))
+        assert_eq!(cu!($api.$name($($arg),*)), 0, "{} failed", stringify!($name))
     };
 }
 
@@ -138,6 +141,11 @@ pub fn setup(api: &Api, ordinal: c_int) -> Ptr {
     ctx
 }
 
+/// Where test `test` has the stand-in write its trace (CUDA_STANDIN_TRACE).
+pub fn trace_path(test: &str) -> String {
+    profile_dir().join(format!("{test}.trace")).display().to_string()
+}
+
 /// The environment variable naming the test a child process must run.
 const CHILD: &str = "CUDA_STANDIN_TEST_CHILD";
 
@@ -146,7 +154,11 @@ pub fn is_child(test: &str) -> bool {
     std::env::var(CHILD).is_ok_and(|t| t == test)
 }
 
-/// Runs test `test` of this binary in a child process with `env` added.
+/// How long a child may run: a stand-in bug that deadlocks fails the test instead of hanging it.
+const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs test `test` of this binary in a child process with `env` added (killed, and reported
+/// as failed, after CHILD_LIMIT).
 pub fn run_child(test: &str, env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command.args([test, "--exact", "--nocapture", "--test-threads=1"]).env(CHILD, test);
@@ -154,12 +166,30 @@ pub fn run_child(test: &str, env: &[(&str, &str)]) -> Output {
         command.env_remove(var);
     }
     command.envs(env.iter().copied());
-    command.output().unwrap()
+    let logs = profile_dir().join("cuda-standin-test");
+    std::fs::create_dir_all(&logs).unwrap();
+    let (out_path, err_path) = (logs.join(format!("{test}.{}.out", std::process::id())), logs.join(format!("{test}.{}.err", std::process::id())));
+    command.stdout(std::fs::File::create(&out_path).unwrap()).stderr(std::fs::File::create(&err_path).unwrap());
+    let mut child = command.spawn().unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > CHILD_LIMIT {
+            let _ = child.kill();
+            panic!("{test} ran longer than {CHILD_LIMIT:?} (a deadlock?); its output is in {}", out_path.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = Output { status, stdout: std::fs::read(&out_path).unwrap(), stderr: std::fs::read(&err_path).unwrap() };
+    let _ = std::fs::remove_file(&out_path);
+    let _ = std::fs::remove_file(&err_path);
+    output
 }
 
 /// Defines a test whose body runs in a child process with the given stand-in environment,
 /// and passes only if the child's body passed.
-#[macro_export]
 macro_rules! isolated_test {
     ($name:ident, [$($key:literal = $value:expr),* $(,)?], $body:block) => {
         #[test]
@@ -171,6 +201,9 @@ macro_rules! isolated_test {
             let out = $crate::common::run_child(stringify!($name), &[$(($key, &$value.to_string())),*]);
             let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
             assert!(out.status.success() && log.contains("1 passed"), "child run of {} failed:\n{log}", stringify!($name));
+            for line in log.lines().filter(|l| l.contains("skipped:")) {
+                println!("{}: {line}", stringify!($name));
+            }
         }
     };
 }
@@ -197,5 +230,15 @@ impl Gate {
 
     pub fn open(&self) {
         self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Opens the gate from another thread after `ms` milliseconds, while this thread is
+    /// blocked in a call that must wait for it.
+    pub fn open_after(&self, ms: u64) {
+        let open = self.0;
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            open.store(true, std::sync::atomic::Ordering::Release);
+        });
     }
 }
