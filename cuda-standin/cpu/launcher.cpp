@@ -78,6 +78,13 @@ extern "C" int standin_kernel_find(const char* name) {
   return -1;
 }
 
+extern "C" int standin_kernel_params(int index, const unsigned** sizes) {
+  if (index < 0 || index >= kEntryCount || sizes == nullptr) return -1;
+  int count = 0;
+  *sizes = kEntries[index].params(&count);
+  return count;
+}
+
 extern "C" int standin_kernel_run(int index, void** params, standin_dim3 grid, standin_dim3 block,
                                   unsigned shared_bytes, standin_translate_fn translate, void* ctx) {
   if (index < 0 || index >= kEntryCount) return 500;  // CUDA_ERROR_NOT_FOUND
