@@ -118,6 +118,11 @@ impl BackendKind {
     }
 }
 
+/// `arrays` as host code can read them: GPU arrays replaced by pinned copies scheduled now.
+pub fn host_readable(arrays: Vec<NDArray>, priority: i32) -> Result<Vec<NDArray>> {
+    gpu::host_readable(arrays, priority)
+}
+
 /// The backend for jobs whose destination is on `ctx`.
 pub fn for_context(ctx: Context) -> &'static dyn Backend {
     BackendKind::of(ctx).backend()

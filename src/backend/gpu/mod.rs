@@ -14,6 +14,7 @@ use super::host::HOST;
 use super::{Backend, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
 use crate::ndarray::NDArray;
+pub(crate) use staged::host_readable;
 use staged::{fail, Staging};
 use std::sync::Arc;
 

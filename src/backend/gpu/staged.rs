@@ -51,3 +51,15 @@ pub(super) fn fail(written: &[&NDArray], why: crate::Error, priority: i32) {
     let vars: Vec<&Var> = written.iter().map(|a| a.var()).collect();
     engine().push(&[], &vars, priority, move |_| Err(why));
 }
+
+/// `arrays` as host code can read them: GPU arrays replaced by pinned mirrors whose copies are
+/// scheduled now (a distributed store's push of GPU values reads them on the host).
+pub(crate) fn host_readable(arrays: Vec<NDArray>, priority: i32) -> Result<Vec<NDArray>> {
+    if !arrays.iter().any(NDArray::on_device) {
+        return Ok(arrays);
+    }
+    let mut staging = Staging::default();
+    let out = arrays.iter().map(|a| staging.read(a)).collect::<Result<Vec<_>>>()?;
+    staging.run(priority, || {});
+    Ok(out)
+}

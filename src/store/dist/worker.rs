@@ -409,6 +409,11 @@ impl Worker {
         priority: i32,
         residual: Arc<Mutex<Vec<f32>>>,
     ) {
+        // GPU values reach the wire through pinned host copies.
+        let values = match crate::backend::host_readable(values, priority) {
+            Ok(v) => v,
+            Err(e) => return engine().push(&[], &[comm.var()], priority, move |_| Err(e)),
+        };
         let held = values.clone();
         let reads: Vec<&crate::engine::Var> = held.iter().map(|v| v.var()).collect();
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
