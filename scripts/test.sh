@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: header, stubs and op-catalog freshness, Rust unit tests (and the
+# The whole test suite, on a fresh Debian machine too: scripts/setup.sh first installs what is
+# missing (Debian packages as root, else it stops with the apt-get line; the reference mxnet
+# venv, NVRTC, the CUDA stand-in). Then: header, stubs and op-catalog freshness, Rust unit tests (and the
 # import-layering check, tests/layers.rs), the GPU kernels compiled by NVRTC for sm_70/80/90
 # and the GPU host logic (no GPU needed), the C programs (walkthrough,
 # differential against the reference libmxnet.so, bad input, threads; both again on the
@@ -11,6 +13,7 @@
 # AddressSanitizer and valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/setup.sh
 
 MXNET_LIBRARY="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
 export MXNET_LIBRARY
@@ -40,6 +43,7 @@ scripts/python-frontend.sh
 # leg that cannot run is a failure here, not a skip.
 export KVSTORE_REQUIRE_DIST=1
 python3 -m unittest discover -s tests/launcher
+python3 -m unittest discover -s tests/setup
 scripts/dist-diff
 scripts/dist-python.sh
 # Hosted mode: unchanged training scripts on pure MXNet and with libkvstore hosting its store.
