@@ -121,6 +121,12 @@ fn bad_input() {
 }
 
 #[test]
+fn dist_no_plugin() {
+    let out = own("dist_no_plugin");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dist_no_plugin passed"));
+}
+
+#[test]
 fn row_ids() {
     let out = own("row_ids");
     assert!(String::from_utf8_lossy(&out.stdout).contains("row_ids passed"));
