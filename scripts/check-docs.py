@@ -68,13 +68,13 @@ def reads(path, text, assigned_anywhere):
     return found - SYSTEM - NOT_SETTINGS
 
 
-def sources():
-    """(path, relative path, text) of every text file in scope."""
+def sources(root):
+    """(path, relative path, text) of every text file in scope under `root`."""
     for top in SCOPE:
-        base = ROOT / top
+        base = root / top
         files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
         for path in files:
-            rel = path.relative_to(ROOT).as_posix()
+            rel = path.relative_to(root).as_posix()
             if any(rel.startswith(e) for e in EXCLUDE) or "/target/" in rel:
                 continue
             try:
@@ -83,8 +83,9 @@ def sources():
                 continue
 
 
-def environment_reads():
-    files = list(sources())
+def environment_reads(root=ROOT):
+    """{variable: [files reading it]} for the project at `root`."""
+    files = list(sources(root))
     assigned_anywhere = set()
     for path, _, text in files:
         if is_shell(path, text) and path.name == "common.sh":
@@ -96,8 +97,8 @@ def environment_reads():
     return where
 
 
-def documented_variables():
-    page = (ROOT / "docs" / "environment.md").read_text()
+def documented_variables(root=ROOT):
+    page = (root / "docs" / "environment.md").read_text()
     # A variable is documented by a table row whose first cell names it.
     return set(re.findall(r"^\|\s*`(" + NAME + r")`", page, re.M))
 
@@ -130,12 +131,13 @@ def anchors(path):
 PENDING_PAGES = {"docs/gpu.md", "docs/gpu-standin.md", "docs/distributed-sync.md"}
 
 
-def broken_links():
-    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"] + sorted((ROOT / "docs").glob("*.md"))
+def broken_links(root=ROOT):
+    """What does not resolve among the relative links of the pages under `root`."""
+    pages = [root / "README.md", root / "CONTRIBUTING.md"] + sorted((root / "docs").glob("*.md"))
     broken = []
     for page in pages:
         if not page.exists():
-            broken.append(f"{page.relative_to(ROOT)}: missing")
+            broken.append(f"{page.relative_to(root)}: missing")
             continue
         text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
@@ -143,12 +145,12 @@ def broken_links():
                 continue  # http(s), mailto: not checked here
             file_part, _, frag = target.partition("#")
             dest = page if not file_part else (page.parent / file_part).resolve()
-            if not dest.exists() and dest.relative_to(ROOT).as_posix() in PENDING_PAGES:
+            if not dest.exists() and dest.relative_to(root).as_posix() in PENDING_PAGES:
                 continue
             if not dest.exists():
-                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+                broken.append(f"{page.relative_to(root)}: {target} (no such file)")
             elif frag and dest.suffix == ".md" and frag not in anchors(dest):
-                broken.append(f"{page.relative_to(ROOT)}: {target} (no heading #{frag} in {dest.name})")
+                broken.append(f"{page.relative_to(root)}: {target} (no heading #{frag} in {dest.name})")
     return broken
 
 

@@ -36,6 +36,7 @@ python3 scripts/gen-stubs.py --check
 python3 scripts/gen-op-catalog.py --check
 scripts/gen-export-list.sh --check
 # Every environment variable the code reads is in docs/environment.md; every page link resolves.
+python3 -m unittest discover -s tests/docs
 python3 scripts/check-docs.py
 cargo test --release
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
