@@ -1,7 +1,8 @@
 // Small keys, fused: one launch per device per call sums every small key of the call. The
 // host packs a table (src/gpu/fused.rs): KeyDesc entries, then the source pointers; each
 // key owns a run of blocks starting at block_start, and a block finds its key by binary
-// search. The layout is checked here and in the Rust tests.
+// search. The layout is checked here and in the Rust tests. The addresses in the table are
+// read through dev_ptr (prelude.cuh).
 
 struct KeyDesc {
   u64 dst;          // device address of the output
@@ -18,20 +19,20 @@ static_assert(sizeof(KeyDesc) == 48, "KeyDesc is 48 bytes");
 
 template <typename T>
 __device__ __forceinline__ void fused_one(const KeyDesc& d, const u64* srcs, u64 begin, u64 end) {
-  T* dst = (T*)d.dst;
+  T* dst = dev_ptr((T*)d.dst);
   for (u64 i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    T acc = ((const T*)srcs[0])[i];
+    T acc = dev_ptr((const T*)srcs[0])[i];
     u32 k = 1;
     if (d.order == ORDER_CPU_COMM) {
       while (k < d.n_src) {
-        T block = ((const T*)srcs[k])[i];
+        T block = dev_ptr((const T*)srcs[k])[i];
         u32 stop = k + 4 < d.n_src ? k + 4 : d.n_src;
-        for (u32 j = k + 1; j < stop; ++j) block = el_add(block, ((const T*)srcs[j])[i]);
+        for (u32 j = k + 1; j < stop; ++j) block = el_add(block, dev_ptr((const T*)srcs[j])[i]);
         acc = el_add(acc, block);
         k = stop;
       }
     } else {
-      for (; k < d.n_src; ++k) acc = el_add(acc, ((const T*)srcs[k])[i]);
+      for (; k < d.n_src; ++k) acc = el_add(acc, dev_ptr((const T*)srcs[k])[i]);
     }
     dst[i] = acc;
   }

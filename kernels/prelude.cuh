@@ -36,6 +36,17 @@ struct bool8 { u8 v; };
 // The most sources one launch folds; more are folded by further launches continuing in dst.
 #define MAX_SOURCES 16
 
+// The only code that differs between the GPU and the host build (the CUDA stand-in,
+// kernels/README.md): the two float16 conversions, inline PTX here and exact integer code on
+// the host, and dev_ptr.
+//
+// dev_ptr(p): every device address a kernel reads from memory or from a struct parameter
+// (a table of source pointers, a descriptor's output address) must go through it before it
+// is dereferenced. On a GPU it is the identity; on the host it translates the address to the
+// memory backing it, and a launch reading an address outside every allocation it may access
+// fails with CUDA_ERROR_ILLEGAL_ADDRESS. Pointer parameters of a kernel are translated by
+// the launcher and need no dev_ptr.
+#ifdef __CUDACC_RTC__
 __device__ __forceinline__ float h16_to_f32(h16 h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
@@ -46,6 +57,68 @@ __device__ __forceinline__ h16 f32_to_h16(float f) {
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
   return h;
 }
+template <typename T> __device__ __forceinline__ T* dev_ptr(T* p) { return p; }
+#else
+// Exact: every float16 is a float32. Subnormals are normalised; NaN keeps its payload and
+// is made quiet, as x86's F16C and the half crate do.
+__device__ __forceinline__ float h16_to_f32(h16 h) {
+  u32 sign = (u32)(h.bits & 0x8000) << 16;
+  u32 exp = (h.bits >> 10) & 0x1f;
+  u32 man = h.bits & 0x3ff;
+  if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000 | (man << 13) | (man != 0 ? 0x400000u : 0u));
+  if (exp != 0) return __uint_as_float(sign | ((exp + 112) << 23) | (man << 13));
+  if (man == 0) return __uint_as_float(sign);
+  // Subnormal: man * 2^-24; shift the leading one into the implicit bit.
+  u32 e = 113;
+  while ((man & 0x400) == 0) {
+    man <<= 1;
+    --e;
+  }
+  return __uint_as_float(sign | (e << 23) | ((man & 0x3ff) << 13));
+}
+// Rounded to nearest, ties to even; too big becomes Inf, too small a subnormal or zero;
+// NaN stays NaN (quiet, the payload's top bits kept).
+__device__ __forceinline__ h16 f32_to_h16(float f) {
+  u32 x = __float_as_uint(f);
+  u32 sign = (x >> 16) & 0x8000;
+  u32 exp = (x >> 23) & 0xff;
+  u32 man = x & 0x7fffff;
+  h16 h;
+  if (exp == 0xff) {
+    h.bits = (u16)(sign | 0x7c00 | (man != 0 ? 0x200u : 0u) | (man >> 13));
+    return h;
+  }
+  int e = (int)exp - 127 + 15;
+  if (e >= 0x1f) {
+    h.bits = (u16)(sign | 0x7c00);
+    return h;
+  }
+  // Keep `shift` fewer bits of the 24-bit significand, then round on what was dropped.
+  u32 kept, shift;
+  if (e <= 0) {
+    if (e < -10) {
+      h.bits = (u16)sign;
+      return h;
+    }
+    man |= 0x800000;
+    shift = (u32)(14 - e);
+    kept = man >> shift;
+  } else {
+    shift = 13;
+    kept = ((u32)e << 10) | (man >> 13);
+  }
+  u32 half = 1u << (shift - 1);
+  u32 dropped = man & ((1u << shift) - 1);
+  // A carry out of the significand moves into the exponent, up to Inf: the encoding is
+  // monotonic.
+  if (dropped > half || (dropped == half && (kept & 1))) ++kept;
+  h.bits = (u16)(sign | kept);
+  return h;
+}
+template <typename T> __device__ __forceinline__ T* dev_ptr(T* p) {
+  return (T*)standin::translate_read_address((u64)p);
+}
+#endif
 __device__ __forceinline__ float b16_to_f32(b16 b) { return __uint_as_float(((u32)b.bits) << 16); }
 // Truncation, not rounding: the upper half of the float32, as mshadow's bf16_t converts.
 __device__ __forceinline__ b16 f32_to_b16(float f) {

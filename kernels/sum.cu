@@ -1,5 +1,6 @@
 // Dense sums of a key's values, one launch per key: dst = Σ srcs in the store's order.
 
+// The sources' device addresses, passed by value; read through dev_ptr (prelude.cuh).
 struct Sources {
   const void* p[MAX_SOURCES];
 };
@@ -15,19 +16,19 @@ __device__ __forceinline__ void sum_kernel(T* dst, const Sources& s, u32 n_src, 
     if (acc_in_dst) {
       acc = dst[i];
     } else {
-      acc = ((const T*)s.p[0])[i];
+      acc = dev_ptr((const T*)s.p[0])[i];
       k = 1;
     }
     if (order == ORDER_CPU_COMM) {
       while (k < n_src) {
-        T block = ((const T*)s.p[k])[i];
+        T block = dev_ptr((const T*)s.p[k])[i];
         u32 end = k + 4 < n_src ? k + 4 : n_src;
-        for (u32 j = k + 1; j < end; ++j) block = el_add(block, ((const T*)s.p[j])[i]);
+        for (u32 j = k + 1; j < end; ++j) block = el_add(block, dev_ptr((const T*)s.p[j])[i]);
         acc = el_add(acc, block);
         k = end;
       }
     } else {
-      for (; k < n_src; ++k) acc = el_add(acc, ((const T*)s.p[k])[i]);
+      for (; k < n_src; ++k) acc = el_add(acc, dev_ptr((const T*)s.p[k])[i]);
     }
     dst[i] = acc;
   }

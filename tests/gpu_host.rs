@@ -8,21 +8,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 mod common;
-use common::{lib_dir, root};
-
-/// A small deterministic generator (xorshift), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use common::{lib_dir, root, Rng};
 
 enum Op {
     Init(i32, u64),

@@ -30,3 +30,19 @@ pub fn lib_dir() -> PathBuf {
         })
         .clone()
 }
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+#[allow(dead_code)] // not every test binary draws random cases
+pub struct Rng(pub u64);
+#[allow(dead_code)]
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
