@@ -39,6 +39,9 @@ scripts/gen-export-list.sh --check
 python3 -m unittest discover -s tests/docs
 python3 scripts/check-docs.py
 cargo test --release
+# The CUDA stand-in (test equipment): its imitation of the driver, NVRTC's images of kernels/
+# loaded and launched on it, cudarc on it.
+cargo test --release -p cuda-standin
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
 KVSTORE_X86_BASELINE=1 cargo test --release --lib --test c_programs
