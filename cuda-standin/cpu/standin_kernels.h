@@ -21,6 +21,9 @@ int standin_kernel_count(void);
 const char* standin_kernel_name(int index);
 // The index of the kernel called `name`, or -1.
 int standin_kernel_find(const char* name);
+// The number of parameters of kernel `index` (-1 for no such kernel), with *sizes set to
+// their sizes in bytes, in order: what the module image must declare for the same name.
+int standin_kernel_params(int index, const unsigned** sizes);
 // Runs every block and thread of one launch on the calling thread. `params` is
 // cuLaunchKernel's kernelParams (one pointer per parameter). Pointer parameters are translated
 // with `translate` before the kernel runs; addresses a kernel reads from device memory go

@@ -19,6 +19,7 @@ extern "C" {
     fn standin_kernel_count() -> c_int;
     fn standin_kernel_name(index: c_int) -> *const c_char;
     fn standin_kernel_find(name: *const c_char) -> c_int;
+    fn standin_kernel_params(index: c_int, sizes: *mut *const c_uint) -> c_int;
     fn standin_kernel_run(
         index: c_int,
         params: *mut *mut c_void,
@@ -49,6 +50,17 @@ pub fn find(name: &str) -> Option<c_int> {
     // SAFETY: `name` is a valid NUL-terminated string for the call.
     let index = unsafe { standin_kernel_find(name.as_ptr()) };
     (index >= 0).then_some(index)
+}
+
+/// The sizes in bytes of kernel `index`'s parameters, in order, as the host build declares
+/// them (a pointer 8, a struct its size): a module image must declare the same for the name.
+pub fn param_sizes(index: c_int) -> Option<Vec<u32>> {
+    let mut sizes: *const c_uint = std::ptr::null();
+    // SAFETY: the registry sets `sizes` to a static array of the returned length.
+    unsafe {
+        let count = usize::try_from(standin_kernel_params(index, &mut sizes)).ok()?;
+        Some(if count == 0 { Vec::new() } else { std::slice::from_raw_parts(sizes, count).to_vec() })
+    }
 }
 
 /// Runs one launch of kernel `index` on the calling thread; 0 or a CUresult.
@@ -133,6 +145,9 @@ mod tests {
         for (i, name) in names.iter().enumerate() {
             assert_eq!(find(name), Some(i as c_int), "{name}");
         }
+        assert_eq!(param_sizes(find("sum_float16").unwrap()), Some(vec![8, 128, 4, 8, 4, 4]), "dst, Sources, n_src, n, order, acc_in_dst");
+        assert_eq!(param_sizes(find("fill_bool").unwrap()), Some(vec![8, 1, 8]));
+        assert_eq!(param_sizes(-1), None);
         assert_eq!(find("sum_float33"), None);
         assert_eq!(find(""), None);
         assert!(cuStandinKernelName(names.len() as c_int).is_null());
