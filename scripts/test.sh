@@ -41,7 +41,10 @@ python3 scripts/check-docs.py
 cargo test --release
 # The CUDA stand-in (test equipment): its imitation of the driver, NVRTC's images of kernels/
 # loaded and launched on it, cudarc on it.
+scripts/cuda-standin.sh >/dev/null
 cargo test --release -p cuda-standin
+# The host build of kernels/ again under AddressSanitizer (out-of-bounds indexing fails here).
+scripts/standin-asan.sh
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
 KVSTORE_X86_BASELINE=1 cargo test --release --lib --test c_programs
