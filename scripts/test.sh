@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite: header, stubs and op-catalog freshness, Rust unit tests (and the
+# The whole test suite, on a fresh Debian machine too: scripts/setup.sh first installs what is
+# missing (Debian packages as root, else it stops with the apt-get line; the reference mxnet
+# venv, NVRTC, the CUDA stand-in). Then: header, stubs and op-catalog freshness, the docs check
+# (scripts/check-docs.py), Rust unit tests (and the
 # import-layering check, tests/layers.rs), the GPU kernels compiled by NVRTC for sm_70/80/90
 # and the GPU host logic (no GPU needed), the C programs (walkthrough,
 # differential against the reference libmxnet.so, bad input, threads; both again on the
 # x86_64 baseline loops), the header ABI check, the install test (scripts/install.sh into a
 # temporary prefix; the walkthrough built with pkg-config and CMake against it),
-# the Python proof (the unchanged mxnet 1.9.1 package on both libraries), the distributed
+# the Python proof (the unchanged mxnet 1.9.1 package on both libraries), the wheel
+# (scripts/test-wheel.sh), the distributed
 # harness (launcher unit tests; the dist C programs and MXNet's nightly dist scripts on the
 # reference's ps-lite and on libkvstore's MPI stores), and the C programs again under
 # AddressSanitizer and valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/setup.sh
 
 MXNET_LIBRARY="${MXNET_LIBRARY:-$(scripts/reference-mxnet.sh)}"
 export MXNET_LIBRARY
@@ -30,16 +35,29 @@ scripts/gen-header.sh --check
 python3 scripts/gen-stubs.py --check
 python3 scripts/gen-op-catalog.py --check
 scripts/gen-export-list.sh --check
+# Every environment variable the code reads is in docs/environment.md; every page link resolves.
+python3 -m unittest discover -s tests/docs
+python3 scripts/check-docs.py
 cargo test --release
+# The CUDA stand-in (test equipment): its imitation of the driver, NVRTC's images of kernels/
+# loaded and launched on it, cudarc on it.
+scripts/cuda-standin.sh >/dev/null
+cargo test --release -p cuda-standin
+# The host build of kernels/ again under AddressSanitizer (out-of-bounds indexing fails here).
+scripts/standin-asan.sh
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
 KVSTORE_X86_BASELINE=1 cargo test --release --lib --test c_programs
 scripts/test-install.sh
 scripts/python-frontend.sh
+# The wheel: pip-installed into a fresh venv, an unchanged Gluon script trained through
+# `python -m kvstore` on libkvstore's store.
+scripts/test-wheel.sh
 # Distributed stores: the reference (ps-lite) and libkvstore (MPI) legs both run; a libkvstore
 # leg that cannot run is a failure here, not a skip.
 export KVSTORE_REQUIRE_DIST=1
 python3 -m unittest discover -s tests/launcher
+python3 -m unittest discover -s tests/setup
 scripts/dist-diff
 scripts/dist-python.sh
 # Hosted mode: unchanged training scripts on pure MXNet and with libkvstore hosting its store.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's trace picture: one resnet50 push + pull iteration of benches/kvbench.c (after
-# 3 warm-up iterations) profiled through MXNet's profiler C API, dumped as a Chrome trace to
-# target/trace/resnet50.json and rendered to docs/trace.png by scripts/trace-picture.py.
+# The trace picture of docs/profiling.md: one resnet50 push + pull iteration of
+# benches/kvbench.c (after 3 warm-up iterations) profiled through MXNet's profiler C API,
+# dumped as a Chrome trace to target/trace/resnet50.json and rendered to docs/trace.png by scripts/trace-picture.py.
 # Needs matplotlib: installed from PyPI into ~/.cache/libkvstore/plot on first use.
 # Not part of scripts/test.sh.   usage: scripts/trace-picture.sh [LIBRARY.so]
 set -euo pipefail

@@ -25,13 +25,19 @@ fn reference_library() -> Option<PathBuf> {
 /// Compiles `ctests/<name>.c` linked to `library` (a directory with libkvstore.so, or the
 /// path of libmxnet.so); returns the executable.
 fn build(name: &str, library: &Path, suffix: &str) -> PathBuf {
+    build_source(&root().join("ctests").join(format!("{name}.c")), library, suffix)
+}
+
+/// Compiles the C program `source` as [`build`] does.
+fn build_source(source: &Path, library: &Path, suffix: &str) -> PathBuf {
+    let name = source.file_stem().unwrap().to_string_lossy();
     let out_dir = lib_dir().join("ctests");
     std::fs::create_dir_all(&out_dir).unwrap();
     let exe = out_dir.join(format!("{name}_{suffix}"));
     let mut cc = Command::new("cc");
     cc.args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O1", "-g", "-pthread", "-I"])
         .arg(root().join("include"))
-        .arg(root().join("ctests").join(format!("{name}.c")))
+        .arg(source)
         .arg("-o")
         .arg(&exe);
     if library.is_dir() {
@@ -99,6 +105,23 @@ fn walkthrough() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("walkthrough passed"));
 }
 
+/// The C example of README.md, extracted from the page (its first ```c block), compiled and
+/// run: the page cannot show a program that does not build or does not do what it says.
+#[test]
+fn readme_example() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme.find("```c\n").expect("README.md has a ```c block") + "```c\n".len();
+    let len = readme[start..].find("```").expect("the ```c block ends");
+    let source = lib_dir().join("ctests").join("readme_example.c");
+    std::fs::create_dir_all(source.parent().unwrap()).unwrap();
+    std::fs::write(&source, &readme[start..start + len]).unwrap();
+    let out = run(&build_source(&source, &lib_dir(), "kv"));
+    assert_passed("README.md's example", "libkvstore.so", &out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("refused: MXNetError: MXKVStorePush: shape mismatch for key 7"), "README.md's example printed:\n{stdout}");
+    assert!(stdout.contains("pulled 2 2 2\n"), "README.md's example printed:\n{stdout}");
+}
+
 #[test]
 fn diff_store() {
     differential("diff_store");
@@ -118,6 +141,12 @@ fn diff_ndarray() {
 fn bad_input() {
     let out = own("bad_input");
     assert!(String::from_utf8_lossy(&out.stdout).contains("all checks passed"));
+}
+
+#[test]
+fn dist_no_plugin() {
+    let out = own("dist_no_plugin");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dist_no_plugin passed"));
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The distributed-store C programs (`ctests/dist_*.c`) under one MPMD `mpirun` on loopback:
 //! servers, workers (and a scheduler) in one MPI job, each with `DMLC_ROLE` set, every run
 //! bounded by `mpirun --timeout`. Skipped, with the reason printed, where Open MPI's `mpirun`
-//! is missing; CI (`.ci/run`) installs it, and `KVSTORE_REQUIRE_MPI=1` makes a skip a failure.
+//! is missing; `scripts/setup.sh` (run by `scripts/test.sh`) installs it, and `KVSTORE_REQUIRE_MPI=1`
+//! makes a skip a failure.
 
 mod common;
 

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "standin_kernels.h"
+
 #define __global__
 #define __device__
 #define __host__
@@ -19,6 +21,12 @@
 #define __shared__ _Pragma("GCC error \"__shared__ memory is not supported by the stand-in's host build (kernels/README.md)\"")
 #define __syncthreads() _Pragma("GCC error \"__syncthreads is not supported by the stand-in's host build (kernels/README.md)\"")
 
+// The launch state below is read in every kernel's inner loop: inline variables with constant
+// initialisers and the initial-exec model make each read one load off the thread pointer
+// (the default model for a shared library calls __tls_get_addr each time). The few bytes
+// fit in the static TLS that glibc keeps for libraries loaded with dlopen.
+#define STANDIN_TLS thread_local __attribute__((tls_model("initial-exec")))
+
 namespace standin {
 
 struct uint3 {
@@ -26,14 +34,38 @@ struct uint3 {
 };
 
 // The running CUDA thread's indices and the launch's shape, set by the launcher.
-extern thread_local uint3 threadIdx;
-extern thread_local uint3 blockIdx;
-extern thread_local uint3 blockDim;
-extern thread_local uint3 gridDim;
+inline STANDIN_TLS uint3 threadIdx = {0, 0, 0};
+inline STANDIN_TLS uint3 blockIdx = {0, 0, 0};
+inline STANDIN_TLS uint3 blockDim = {0, 0, 0};
+inline STANDIN_TLS uint3 gridDim = {0, 0, 0};
+
+// The running launch's address translation, with a small direct-mapped cache: a kernel reads
+// the same few table addresses for every element, and an allocation cannot move during a
+// launch. Lives on the launcher's stack for the launch.
+struct Translation {
+  static const int kSlots = 64;
+  standin_translate_fn translate;
+  void* ctx;
+  uint64_t device[kSlots];
+  void* host[kSlots];
+  bool used[kSlots];
+};
+inline STANDIN_TLS Translation* current_translation = nullptr;
+
+inline int translation_slot(uint64_t addr) { return (int)((addr * 0x9e3779b97f4a7c15ull) >> 58); }
+
+// Asks the launch's translate callback and caches the answer; throws standin::Fault when it
+// refuses (or when no launch is running).
+void* translate_uncached(uint64_t device_addr);
 
 // Resolves a device address read by a kernel to its host address (dev_ptr of
-// kernels/prelude.cuh); throws standin::Fault when the launch's translate callback refuses it.
-void* translate_read_address(uint64_t device_addr);
+// kernels/prelude.cuh).
+inline void* translate_read_address(uint64_t device_addr) {
+  const Translation* t = current_translation;
+  int s = translation_slot(device_addr);
+  if (t != nullptr && t->used[s] && t->device[s] == device_addr) return t->host[s];
+  return translate_uncached(device_addr);
+}
 
 }  // namespace standin
 

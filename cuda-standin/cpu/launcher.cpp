@@ -5,49 +5,30 @@
 
 namespace standin {
 
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-thread_local uint3 blockDim;
-thread_local uint3 gridDim;
-
-namespace {
-
-// The running launch's translation, with a small direct-mapped cache: a kernel reads the
-// same few table addresses for every element, and an allocation cannot move during a launch.
-struct Translation {
-  standin_translate_fn translate = nullptr;
-  void* ctx = nullptr;
-  static const int kSlots = 64;
-  uint64_t device[kSlots];
-  void* host[kSlots];
-  bool used[kSlots];
-};
-thread_local Translation current;
-
-int slot_of(uint64_t addr) { return (int)((addr * 0x9e3779b97f4a7c15ull) >> 58); }
-
-}  // namespace
-
-// Unset on return, so a dev_ptr outside a launch fails instead of using a stale callback.
+// Installs a launch's translation for the calling thread, and removes it on return, so a
+// dev_ptr outside a launch fails instead of using a stale callback.
 struct ScopedTranslation {
+  Translation translation;
   ScopedTranslation(standin_translate_fn translate, void* ctx) {
-    current.translate = translate;
-    current.ctx = ctx;
-    memset(current.used, 0, sizeof current.used);
+    translation.translate = translate;
+    translation.ctx = ctx;
+    memset(translation.used, 0, sizeof translation.used);
+    current_translation = &translation;
   }
-  ~ScopedTranslation() { current.translate = nullptr; }
+  ~ScopedTranslation() { current_translation = nullptr; }
 };
 
-void* translate_read_address(uint64_t device_addr) {
-  int s = slot_of(device_addr);
-  if (current.used[s] && current.device[s] == device_addr) return current.host[s];
-  void* host = nullptr;
+void* translate_uncached(uint64_t device_addr) {
+  Translation* t = current_translation;
   // CUDA_ERROR_ILLEGAL_ADDRESS when there is no launch to ask.
-  int rc = current.translate != nullptr ? current.translate(current.ctx, device_addr, &host) : 700;
+  if (t == nullptr) throw Fault{700};
+  void* host = nullptr;
+  int rc = t->translate(t->ctx, device_addr, &host);
   if (rc != 0) throw Fault{rc};
-  current.device[s] = device_addr;
-  current.host[s] = host;
-  current.used[s] = true;
+  int s = translation_slot(device_addr);
+  t->device[s] = device_addr;
+  t->host[s] = host;
+  t->used[s] = true;
   return host;
 }
 

@@ -16,7 +16,7 @@ impl std::fmt::Display for Key {
     }
 }
 
-/// A test-only negative control (documented in the README): drops the last source of every
+/// A test-only negative control (documented in docs/environment.md): drops the last source of every
 /// sum of two or more, so comparisons against pure MXNet must fail.
 pub(super) fn drop_source_for_test() -> bool {
     static DROP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -79,7 +79,7 @@ fn load_plugin() -> Result<Plugin> {
         }
     }
     crate::bail!(
-        "distributed stores need the MPI transport plugin libkvstore_mpi.so (built by `cargo build --release` beside libkvstore.so; set KVSTORE_MPI_PLUGIN to its path) and Open MPI: {}",
+        "distributed stores need the MPI transport plugin libkvstore_mpi.so (a workspace member that `cargo build --release` skips: build it beside libkvstore.so with `cargo build --release --workspace`, or set KVSTORE_MPI_PLUGIN to its path) and Open MPI: {}",
         errors.join("; ")
     )
 }
