@@ -45,6 +45,12 @@ scripts/cuda-standin.sh >/dev/null
 cargo test --release -p cuda-standin
 # The host build of kernels/ again under AddressSanitizer (out-of-bounds indexing fails here).
 scripts/standin-asan.sh
+# ---- The GPU backend on the CUDA stand-in (docs/gpu.md) ----
+# tests/gpu_standin.rs runs within `cargo test --release` above (no GPU needed; it builds the
+# stand-in with scripts/cuda-standin.sh and puts it on its programs' LD_LIBRARY_PATH only):
+# ctests/gpu_diff.c identical to its CPU run on 1, 2 and 4 devices and with stream delays,
+# ctests/*.c on GPU arrays under ASan, fault injection, the steady push/pull trace.
+# ---- end of the GPU block ----
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
 KVSTORE_X86_BASELINE=1 cargo test --release --lib --test c_programs
