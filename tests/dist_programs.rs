@@ -47,11 +47,17 @@ fn build(name: &str) -> PathBuf {
 }
 
 fn compile(name: &str) -> PathBuf {
+    compile_with(name, "", &[])
+}
+
+/// `compile` with extra compiler flags, into `ctest-<name><suffix>`.
+fn compile_with(name: &str, suffix: &str, flags: &[&str]) -> PathBuf {
     let library = plugin_dir();
-    let exe = library.join(format!("ctest-{name}"));
+    let exe = library.join(format!("ctest-{name}{suffix}"));
     let out = Command::new("cc")
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-I"])
         .arg(root().join("include"))
+        .args(flags)
         .arg(root().join("ctests").join(format!("{name}.c")))
         .arg("-o")
         .arg(&exe)
@@ -130,6 +136,29 @@ fn dist_device_sync_one_server_three_workers() {
     }
     let exe = build("dist_store");
     assert_job_passed("dist_device_sync 1 server 3 workers", &mpirun(&exe, &["dist_device_sync"], 1, 3, 0, 120), 4);
+}
+
+/// The last line a script prints (a path).
+fn script_output(script: &str) -> String {
+    let out = Command::new(root().join(script)).output().expect("run a script");
+    assert!(out.status.success(), "{script} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string()
+}
+
+#[test]
+fn dist_device_sync_with_gpu_values_on_the_cuda_standin() {
+    if !mpirun_available() {
+        return;
+    }
+    // Every array of the program on gpu(i), three stand-in GPUs per process (docs/gpu.md).
+    let exe = compile_with("dist_store", "-gpu", &["-DDEV_CPU=2"]);
+    let standin = script_output("scripts/cuda-standin.sh");
+    let nvrtc = std::env::var("KVSTORE_NVRTC_PATH").unwrap_or_else(|_| script_output("scripts/nvrtc-wheel.sh"));
+    let nvrtc_dir = Path::new(&nvrtc).parent().map(|d| d.display().to_string()).unwrap_or_default();
+    let env = [format!("LD_LIBRARY_PATH={standin}:{nvrtc_dir}"), "CUDA_STANDIN_DEVICES=3".to_string(), format!("KVSTORE_NVRTC_PATH={nvrtc}")];
+    let env: Vec<&str> = env.iter().map(String::as_str).collect();
+    let out = mpirun_with_env(&exe, &["dist_device_sync"], 1, 3, 0, 150, &env);
+    assert_job_passed("dist_device_sync with GPU values, 1 server 3 workers", &out, 4);
 }
 
 #[test]
