@@ -33,6 +33,8 @@ pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
 type Landings = Vec<(PinnedMemory, NDArray)>;
 
 fn run_copies(pairs: Vec<(NDArray, NDArray)>, env: &OpEnv, done: OpDone) {
+    // The op's span runs until its event fired: the trace shows the GPU time.
+    let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].1);
     let mut q = Queue::new();
     let mut landings = Landings::new();
     for (src, dst) in &pairs {
@@ -45,6 +47,7 @@ fn run_copies(pairs: Vec<(NDArray, NDArray)>, env: &OpEnv, done: OpDone) {
         Box::new(move |outcome| {
             let landed = outcome.map_err(Error::new).and_then(|()| land(&landings));
             done.finish(landed);
+            drop(span);
         }),
         Box::new(pairs),
     );

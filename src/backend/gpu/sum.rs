@@ -49,6 +49,8 @@ fn source_on(q: &mut Queue, ordinal: i32, v: &NDArray, temps: &mut Vec<DevicePtr
 }
 
 fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done: OpDone) {
+    let bytes = batch.iter().map(|j| j.dst.data_byte_len() * (j.values.len() + 1)).sum();
+    let span = super::traced_span("gpu_sum", batch.len(), bytes, &batch[0].dst);
     let mut q = Queue::new();
     let mut temps = Vec::new();
     let mut small: Vec<(i32, Vec<SmallKey>)> = Vec::new();
@@ -84,5 +86,11 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
     for t in temps {
         q.free_temp(t);
     }
-    q.finish(Box::new(move |r| done.finish(r.map_err(Error::new))), Box::new((values, batch)));
+    q.finish(
+        Box::new(move |r| {
+            done.finish(r.map_err(Error::new));
+            drop(span);
+        }),
+        Box::new((values, batch)),
+    );
 }
