@@ -89,3 +89,46 @@ pub fn fill(q: &mut Queue, dst: DevicePtr, dtype: DType, value: [u8; 8], n: u64)
     let grid = grid_blocks(n, THREADS, sms(dst.ordinal));
     q.launch(dst.ordinal, &format!("fill_{}", dtype.name()), grid, THREADS, &mut params);
 }
+
+/// Gradient compression's two steps on one device (`kernels/compress.cu`): 2-bit (MXNet 1.9)
+/// or 1-bit (`one_bit`) codes of `grad + residual` into `packed`, the residual keeping the rest.
+#[allow(clippy::too_many_arguments)]
+pub fn quantize(q: &mut Queue, one_bit: bool, packed: DevicePtr, packed_len: u64, grad: DevicePtr, residual: DevicePtr, n: u64, threshold: f32) {
+    if n == 0 {
+        return;
+    }
+    let (mut p, mut len, mut g, mut r, mut elems, mut t) = (packed.addr, packed_len, grad.addr, residual.addr, n, threshold);
+    let mut params: [*mut c_void; 6] = [
+        (&mut p as *mut u64).cast(),
+        (&mut len as *mut u64).cast(),
+        (&mut g as *mut u64).cast(),
+        (&mut r as *mut u64).cast(),
+        (&mut elems as *mut u64).cast(),
+        (&mut t as *mut f32).cast(),
+    ];
+    let name = if one_bit { "quantize_1bit" } else { "quantize_2bit" };
+    q.launch(packed.ordinal, name, grid_blocks(packed_len, THREADS, sms(packed.ordinal)), THREADS, &mut params);
+}
+
+/// The values `packed` codes for, written to `out` or (with `accumulate`) added to it.
+pub fn dequantize(q: &mut Queue, one_bit: bool, out: DevicePtr, packed: DevicePtr, n: u64, threshold: f32, accumulate: bool) {
+    if n == 0 {
+        return;
+    }
+    let (mut o, mut p, mut elems, mut t, mut acc) = (out.addr, packed.addr, n, threshold, accumulate as u32);
+    let grid = grid_blocks(n, THREADS, sms(out.ordinal));
+    if one_bit {
+        let mut params: [*mut c_void; 4] =
+            [(&mut o as *mut u64).cast(), (&mut p as *mut u64).cast(), (&mut elems as *mut u64).cast(), (&mut acc as *mut u32).cast()];
+        q.launch(out.ordinal, "dequantize_1bit", grid, THREADS, &mut params);
+    } else {
+        let mut params: [*mut c_void; 5] = [
+            (&mut o as *mut u64).cast(),
+            (&mut p as *mut u64).cast(),
+            (&mut elems as *mut u64).cast(),
+            (&mut t as *mut f32).cast(),
+            (&mut acc as *mut u32).cast(),
+        ];
+        q.launch(out.ordinal, "dequantize_2bit", grid, THREADS, &mut params);
+    }
+}

@@ -35,3 +35,12 @@ pub(super) fn stored_home(stored: &NDArray, recv: &NDArray) -> Option<Context> {
     let ctx = recv.ctx();
     (ctx.dev_type == DeviceType::Gpu && stored.ctx() != ctx && stored.stype() == StorageType::Default).then_some(ctx)
 }
+
+/// Where the compression residual of a value's position lives: the value's GPU, or the store's
+/// pinned memory for host values.
+pub(super) fn residual_home(value: &NDArray) -> Context {
+    match value.ctx().dev_type {
+        DeviceType::Gpu if value.stype() == StorageType::Default => value.ctx(),
+        _ => super::STORE_CONTEXT,
+    }
+}

@@ -433,8 +433,9 @@ impl KVStore {
             // New positions start at zero (MXNet would overrun its buffers).
             let mut new_residuals = Vec::new();
             if compression.is_some() {
-                for _ in entry.residuals.len()..vals.len() {
-                    new_residuals.push(NDArray::zeros(shape, STORE_CONTEXT, dtype)?);
+                for v in &vals[entry.residuals.len().min(vals.len())..] {
+                    // On the value's GPU, as MXNet keeps them (quantised there).
+                    new_residuals.push(NDArray::zeros(shape, devices::residual_home(v), dtype)?);
                 }
             }
             // An updater's stored value goes to the sum's GPU (MXNet: `local.Copy(merged.ctx())`).

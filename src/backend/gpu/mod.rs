@@ -1,11 +1,13 @@
 //! The GPU backend: jobs whose arrays live on GPUs (`gpu(i)` contexts). Copies run on the
 //! GPU as driver copies ([`copy`]); dense sums into GPU memory (the `device` store's merge
-//! buffers) run as kernels on the sum's GPU ([`sum`]); compressed sums, casts, row_sparse work
+//! buffers) run as kernels on the sum's GPU ([`sum`]), and so do compressed sums whose values,
+//! residuals and merge buffer share a GPU ([`compress`]); other compressed sums, casts, row_sparse work
 //! and sums into host memory (the `local` store: MXNet's CommCPU sums on the CPU too) are
 //! staged through pinned host memory and run by the host backend ([`staged`]). Both keep
 //! MXNet's association orders bit for bit. Every op completes from CUDA events through the
 //! engine's `push_async`: workers never block on the GPU.
 
+mod compress;
 mod copy;
 mod staged;
 mod sum;
@@ -111,6 +113,13 @@ impl Backend for Gpu {
     }
 
     fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
+        let (native, batch): (Vec<CompressedSumJob>, Vec<CompressedSumJob>) = batch.into_iter().partition(compress::is_native);
+        if !native.is_empty() {
+            compress::push_compressed(native, priority);
+        }
+        if batch.is_empty() {
+            return;
+        }
         let written: Vec<NDArray> =
             batch.iter().flat_map(|j| j.residuals.iter().chain(std::iter::once(&j.dst)).cloned()).collect();
         if let Err(e) = self.staged_compressed_sum(batch, bytes, priority) {
