@@ -13,6 +13,7 @@
  *
  * Pulls read the servers' stored values, so the hashes cover the servers' state. */
 #include "dist_common.h"
+#include <math.h>
 
 #define ROUNDS 4
 #define SMALL 8
@@ -42,11 +43,17 @@ static float mixed_f32(void) {
   return (r >> 31) ? -v : v;
 }
 
-/* A float16 of exponent 2^-10 .. 2^10 and random mantissa and sign. */
-static uint16_t mixed_f16(void) {
+/* Element i of worker `rank`'s float16 push: workers 0 and 1 push +L and -L (L of 2^9 ..
+ * 2^10, the same on both), the others small values (2^-10 .. 2^-3): summed in float32 as
+ * ((L - L) + s) the small value survives whole, as ((s - L) + L) it is rounded to L's
+ * precision, a difference the float16 pull still shows. */
+static uint16_t mixed_f16(int rank, int round, int i) {
+  uint32_t x = (uint32_t)i * 2654435761u ^ (uint32_t)round * 40503u;
+  uint16_t large = (uint16_t)(((24 + (x >> 10) % 2) << 10) | (x & 0x3ff));
+  if (rank == 0) return large;
+  if (rank == 1) return (uint16_t)(large | 0x8000);
   uint32_t r = next_random();
-  uint16_t e = (uint16_t)(5 + (r >> 10) % 21);
-  return (uint16_t)(((r >> 31) << 15) | (e << 10) | (r & 0x3ff));
+  return (uint16_t)(((r >> 31) << 15) | ((5 + (r >> 10) % 8) << 10) | (r & 0x3ff));
 }
 
 /* FNV-1a over every pulled byte of a key. */
@@ -104,15 +111,16 @@ static void plain_round(KVStoreHandle kv, int rank, int round) {
   fill_f32(vals[1], BIG);
   seed(rank, round, 5);
   uint16_t h[HALF];
-  for (int i = 0; i < HALF; i++) h[i] = mixed_f16();
+  for (int i = 0; i < HALF; i++) h[i] = mixed_f16(rank, round, i);
   CHECK(MXNDArraySyncCopyFromCPU(vals[2], h, HALF));
-  /* row_sparse: about two rows in three, a different subset per rank and round */
+  /* row_sparse: four rows in five, a different subset per rank and round; no row is left
+   * out by two of the first three ranks, so many rows get every rank's push */
   int64_t ids[RSP_ROWS];
   float rows[RSP_ROWS * RSP_COLS];
   int nnr = 0;
   seed(rank, round, 7);
   for (int r = 0; r < RSP_ROWS; r++) {
-    if ((r * 7 + rank + round) % 3 == 0) continue;
+    if ((r * 7 + rank * 3 + round) % 5 == 0) continue;
     ids[nnr] = r;
     for (int c = 0; c < RSP_COLS; c++) rows[nnr * RSP_COLS + c] = mixed_f32();
     nnr++;
@@ -195,6 +203,7 @@ static void compressed_job(KVStoreHandle kv, int rank) {
 }
 
 int main(int argc, char **argv) {
+  (void)worker_header; /* dist_common.h's differential report: not used here */
   const char *job = argc > 1 ? argv[1] : "plain";
   if (!dist_is_worker()) return run_server_role("dist_sync", 0);
   KVStoreHandle kv = dist_create("dist_sync");
