@@ -269,3 +269,28 @@ fn a_bad_sum_order_is_refused_by_name() {
     assert!(!out.status.success(), "the job with KVSTORE_DIST_SUM_ORDER=fastest exited 0");
     assert!(stderr.contains("KVSTORE_DIST_SUM_ORDER=\"fastest\""), "no reason on stderr:\n{stderr}");
 }
+
+/// Uneven data: workers with 6, 4 and 2 rounds of work (and 1 with four workers). Each one
+/// that is done joins (by freeing its store, or at MXNotifyShutdown), and the others' later
+/// rounds complete without it, its share zero: dense keys on one and on both servers,
+/// PushPull, row_sparse pushes and pulls, Barrier, and 2-bit compressed keys; the program
+/// checks every pulled sum against the join rule. With the test hook `push-after-join`, each
+/// joined worker sends one more raw push: the servers refuse it (and the sums, checked by
+/// the others, show it was not applied).
+#[test]
+fn workers_that_run_out_of_data_join_and_the_others_finish() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_join");
+    let out = mpirun_with_env(&exe, &["plain"], 2, 3, 0, 120, &["KVSTORE_TEST_FAILPOINT=push-after-join"]);
+    assert_job_passed("dist_join plain, 3 workers 2 servers", &out, 3);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("ACCEPTED"), "a server applied a push after its worker joined:\n{stderr}");
+    let refusals = stderr.lines().filter(|l| l.contains("test push after join: refused") && l.contains("after it joined")).count();
+    assert_eq!(refusals, 3, "expected one refused push per worker:\n{stderr}");
+    for workers in [3, 4] {
+        let out = mpirun(&exe, &["compressed"], 2, workers, 0, 120);
+        assert_job_passed(&format!("dist_join compressed, {workers} workers 2 servers"), &out, workers);
+    }
+}

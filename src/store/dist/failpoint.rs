@@ -2,6 +2,9 @@
 //! - `KVSTORE_TEST_FAILPOINT=server-push-panic:N` makes a server panic while handling a dense
 //!   push of exactly N elements, to prove that a server's internal error fails the job
 //!   instead of leaving its workers waiting for replies (`tests/dist_programs.rs`).
+//! - `KVSTORE_TEST_FAILPOINT=push-after-join` makes each worker, once it has joined, send one
+//!   raw push of a key to its servers and print their answer, to prove that a joined rank's
+//!   push is refused, not applied.
 //! - `KVSTORE_DIST_TEST_DELAY_US=RANK:MICROSECONDS,...` delays the pushes of worker RANK, to
 //!   shuffle the arrival order of sync rounds (see `round`).
 
@@ -43,4 +46,12 @@ static PUSH_DELAY_US: Lazy<Vec<(usize, u64)>> = Lazy::new(|| {
 pub(super) fn push_delay(rank: usize) -> std::time::Duration {
     let us = PUSH_DELAY_US.iter().filter(|(r, _)| *r == rank).map(|(_, us)| *us).sum();
     std::time::Duration::from_micros(us)
+}
+
+static PUSH_AFTER_JOIN: Lazy<bool> =
+    Lazy::new(|| std::env::var("KVSTORE_TEST_FAILPOINT").is_ok_and(|specs| specs.split(',').any(|s| s.trim() == "push-after-join")));
+
+/// Whether a joined worker sends one more push (`KVSTORE_TEST_FAILPOINT=push-after-join`).
+pub(super) fn push_after_join() -> bool {
+    *PUSH_AFTER_JOIN
 }

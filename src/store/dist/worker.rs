@@ -223,6 +223,25 @@ impl Worker {
         Ok(())
     }
 
+    /// The test hook `push-after-join`: one raw push of this worker's first dense key to its
+    /// servers, after the join; prints what the servers answered.
+    fn push_after_join(&self) {
+        let parts = {
+            let state = self.state.lock();
+            state.meta.iter().filter(|(_, m)| !m.sparse()).min_by_key(|(k, _)| **k).map(|(k, m)| (*k, m.dtype, m.parts.clone()))
+        };
+        let Some((key, dtype, parts)) = parts else { return };
+        for p in parts {
+            let data = vec![0u8; p.len * dtype.size()];
+            let pending = self.ask(&[self.servers[p.server]], |req| wire::encode(&Msg::Push { req, key, dtype: dtype.code(), flags: 0, len: p.len as u64, data: &data }));
+            let refusal = pending.errors.lock().first().cloned();
+            match refusal {
+                Some(e) => eprintln!("libkvstore: test push after join: refused: {e}"),
+                None => eprintln!("libkvstore: test push after join: ACCEPTED by server {}", p.server),
+            }
+        }
+    }
+
     /// Tells every server that this worker has finished (see `members`).
     fn join(&self) -> Result<()> {
         let pending = self.ask(&self.servers, |req| wire::encode(&Msg::Join { req }));
@@ -763,6 +782,9 @@ impl Worker {
         let _ = engine().wait_all();
         if let Err(e) = self.join() {
             eprintln!("libkvstore: {e}");
+        }
+        if super::failpoint::push_after_join() {
+            self.push_after_join();
         }
         let barrier = self.state.lock().barrier_before_exit;
         if barrier {
