@@ -70,16 +70,22 @@ impl<V> Round<V> {
 
     /// Records worker `rank`'s push. `Ok(true)`: fold its value now; `Ok(false)`: a lower
     /// rank has not pushed yet, so hand the value to [`Round::hold`].
-    pub fn arrive(&mut self, rank: usize, request: Request) -> Result<bool> {
+    ///
+    /// A round with at most two workers that have not joined is folded as it arrives: the
+    /// sum of two values is the same bits in either order (addition is commutative), so
+    /// nothing is held. A worker joins only once its pushes have completed, so a round that
+    /// holds a value has at least three possible contributors and never mixes the two ways.
+    pub fn arrive(&mut self, rank: usize, request: Request, joined: &[bool]) -> Result<bool> {
         crate::ensure!(rank < self.pushed.len(), "worker rank {rank} is outside the job's {} workers", self.pushed.len());
         crate::ensure!(!self.pushed[rank], "worker {rank} pushed twice in one sync round (its second push is refused)");
         self.pushed[rank] = true;
         self.requests.push(request);
-        if self.order == SumOrder::Arrival || rank == self.next {
-            self.next += (self.order == SumOrder::Rank) as usize;
+        if rank == self.next {
+            self.next += 1;
             return Ok(true);
         }
-        Ok(false)
+        let contributors = joined.iter().filter(|&&j| !j).count();
+        Ok(self.order == SumOrder::Arrival || contributors <= 2)
     }
 
     /// Keeps an early value until the ranks before it have been folded.
@@ -94,7 +100,8 @@ impl<V> Round<V> {
         while self.next < self.pushed.len() {
             if let Some(v) = self.held[self.next].take() {
                 out.push(v);
-            } else if !(joined[self.next] && !self.pushed[self.next]) {
+            } else if !(self.pushed[self.next] || joined[self.next]) {
+                // Neither folded (out of order: see `arrive`) nor joined: wait for it.
                 break;
             }
             self.next += 1;
@@ -139,7 +146,7 @@ mod tests {
         let mut round = Round::new(joined.len(), order);
         let mut seq = Vec::new();
         for &r in arrival {
-            if round.arrive(r, request(r)).unwrap() {
+            if round.arrive(r, request(r), joined).unwrap() {
                 seq.push(r);
             } else {
                 round.hold(r, r);
@@ -180,12 +187,12 @@ mod tests {
 
     #[test]
     fn joined_ranks_are_skipped() {
-        let joined = [false, true, false, true];
-        assert_eq!(folds(SumOrder::Rank, &[2, 0], &joined), vec![0, 2]);
+        let joined = [false, true, false, false, true];
+        assert_eq!(folds(SumOrder::Rank, &[3, 2, 0], &joined), vec![0, 2, 3]);
         // A join while a later rank's value is held releases it.
         let mut round = Round::new(3, SumOrder::Rank);
-        assert!(round.arrive(0, request(0)).unwrap());
-        assert!(!round.arrive(2, request(2)).unwrap());
+        assert!(round.arrive(0, request(0), &[false; 3]).unwrap());
+        assert!(!round.arrive(2, request(2), &[false; 3]).unwrap());
         round.hold(2, 2);
         assert!(round.ready(&[false; 3]).is_empty());
         assert!(!round.complete(&[false; 3]));
@@ -194,10 +201,17 @@ mod tests {
     }
 
     #[test]
+    fn two_contributors_are_folded_as_they_arrive() {
+        // Two workers, or two left after joins: either order is the same bits, nothing held.
+        assert_eq!(folds(SumOrder::Rank, &[1, 0], &[false; 2]), vec![1, 0]);
+        assert_eq!(folds(SumOrder::Rank, &[3, 1], &[true, false, true, false]), vec![3, 1]);
+    }
+
+    #[test]
     fn a_second_push_of_a_rank_in_one_round_is_refused() {
-        let mut round: Round<usize> = Round::new(2, SumOrder::Rank);
-        assert!(round.arrive(1, request(1)).is_ok_and(|now| !now));
-        assert!(round.arrive(1, request(1)).is_err());
-        assert!(round.arrive(5, request(5)).is_err());
+        let mut round: Round<usize> = Round::new(3, SumOrder::Rank);
+        assert!(round.arrive(1, request(1), &[false; 3]).is_ok_and(|now| !now));
+        assert!(round.arrive(1, request(1), &[false; 3]).is_err());
+        assert!(round.arrive(5, request(5), &[false; 3]).is_err());
     }
 }

@@ -349,7 +349,8 @@ impl ServerCore {
         }
         let sync = self.sync.load(Ordering::SeqCst);
         let updater = self.updater.read().is_some();
-        let e = state.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        let st = &mut *state;
+        let e = st.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
         crate::ensure!(e.dtype == dtype && e.row_len == row_len, "key {key}: row_sparse push of {} rows of {row_len}, the key holds {} rows of {}", dtype.name(), e.dtype.name(), e.row_len);
         let request = Request { source, req, want_value: false };
         let value = (ids.to_vec(), cast_buffer(dtype, data, work)?.bytes().to_vec());
@@ -363,7 +364,7 @@ impl ServerCore {
             e.merged = value;
             return self.finish_rsp(state, key, vec![request]);
         }
-        if e.round.arrive(worker, request)? {
+        if e.round.arrive(worker, request, st.members.joined())? {
             e.fold(value)?;
         } else {
             e.round.hold(worker, value);
@@ -470,7 +471,8 @@ impl ServerCore {
             return Ok(());
         }
         let sync = self.sync.load(Ordering::SeqCst);
-        let e = state.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        let st = &mut *state;
+        let e = st.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
         crate::ensure!(e.dtype == dtype && e.stored.size() == len, "key {key}: push of {len} {} values, the key holds {} {}", dtype.name(), e.stored.size(), e.dtype.name());
         let request = Request { source, req, want_value: flags & wire::PUSH_PULL != 0 };
         if !sync {
@@ -478,7 +480,7 @@ impl ServerCore {
             e.fold_first(&recv)?;
             return self.finish_dense(state, key, vec![request]);
         }
-        if e.round.arrive(worker, request)? {
+        if e.round.arrive(worker, request, st.members.joined())? {
             e.fold(&recv)?;
         } else {
             e.round.hold(worker, recv.into_owned());
