@@ -11,7 +11,8 @@
 #   DIST_BENCH_WORKERS=N      workers (default 2), DIST_BENCH_SERVERS=N servers (default 1)
 #   DIST_BENCH_BASE=DIR       also run the libkvstore.so (and libkvstore_mpi.so) in DIR, e.g.
 #                             a build of an earlier commit, alternating with this build
-#   DIST_BENCH_ROUNDS=N       legs of each build (default 1; alternated: this, base, this, ...)
+#   DIST_BENCH_ROUNDS=N       legs of each build and order (default 1; each round starts one
+#                             leg later, so no leg is always first)
 #   DIST_BENCH_SUM_ORDERS="rank arrival"   KVSTORE_DIST_SUM_ORDER of this build's legs
 #   DIST_BENCH_SKIP_REFERENCE=1            no ps-lite leg
 set -euo pipefail
@@ -73,11 +74,18 @@ kv_leg() {
   echo >>"$out/$label.medians"
 }
 bench_args=("$@")
+legs=("${orders[@]}")
+[ -z "$base" ] || legs+=(base)
 for round in $(seq "$rounds"); do
-  for order in "${orders[@]}"; do
-    kv_leg "libkvstore-$order" target/bench/distbench_kv --env "KVSTORE_DIST_SUM_ORDER:$order"
+  # Each round starts with the next leg, so no leg always runs first (or last).
+  for i in $(seq 0 $((${#legs[@]} - 1))); do
+    leg=${legs[$(((i + round - 1) % ${#legs[@]}))]}
+    if [ "$leg" = base ]; then
+      kv_leg base target/bench/distbench_base
+    else
+      kv_leg "libkvstore-$leg" target/bench/distbench_kv --env "KVSTORE_DIST_SUM_ORDER:$leg"
+    fi
   done
-  [ -z "$base" ] || kv_leg base target/bench/distbench_base
 done
 mean_of() { awk '{s += $1; n++} END {if (n) printf "%.4f", s / n}' "$out/$1.medians"; }
 ours=$(mean_of "libkvstore-${orders[0]}")
