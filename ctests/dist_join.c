@@ -43,37 +43,25 @@ static void expect_filled(const char *what, NDArrayHandle h, uint32_t n, float w
   free(v);
 }
 
+/* Every row of the row_sparse key, row r filled with value * (r + 1). */
 static NDArrayHandle rsp_all_rows(float value) {
-  uint32_t shape[2] = {RSP_ROWS, RSP_COLS}, aux_ndim = 1, aux_shape = RSP_ROWS, n = RSP_ROWS;
-  int aux_type = DT_I64;
-  NDArrayHandle h, v, ids;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
   float vals[RSP_ROWS * RSP_COLS];
   int64_t all[RSP_ROWS];
   for (int r = 0; r < RSP_ROWS; r++) {
     all[r] = r;
     for (int c = 0; c < RSP_COLS; c++) vals[r * RSP_COLS + c] = value * (float)(r + 1);
   }
-  v = f32_matrix(RSP_ROWS, RSP_COLS, vals, 0);
-  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_I64, &ids));
-  CHECK(MXNDArraySyncCopyFromCPU(ids, all, RSP_ROWS));
-  CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
-  CHECK(MXNDArraySyncCopyFromNDArray(h, ids, 0));
-  CHECK(MXNDArrayFree(v));
-  CHECK(MXNDArrayFree(ids));
-  return h;
+  return rsp_f32(RSP_ROWS, RSP_COLS, RSP_ROWS, all, vals);
 }
 
 /* PullRowSparse of rows {0, 19, 20, 39} (both servers' parts); checks row r = want * (r + 1). */
 static void check_rows(KVStoreHandle kv, float want, int rank, int k) {
   int key = 7;
   int64_t rows[4] = {0, 19, 20, 39};
-  uint32_t n = 4, shape[2] = {RSP_ROWS, RSP_COLS}, aux_ndim = 1, aux_shape = 0;
-  int aux_type = DT_I64;
-  NDArrayHandle ids, out, data;
+  uint32_t n = 4;
+  NDArrayHandle ids, out = rsp_f32(RSP_ROWS, RSP_COLS, 0, NULL, NULL), data;
   CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_I64, &ids));
   CHECK(MXNDArraySyncCopyFromCPU(ids, rows, 4));
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &out));
   CHECK(MXKVStorePullRowSparse(kv, 1, &key, &out, &ids, 0));
   CHECK(MXNDArrayGetDataNDArray(out, &data));
   float v[4 * RSP_COLS];

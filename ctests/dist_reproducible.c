@@ -70,21 +70,8 @@ static NDArrayHandle dense(uint32_t n, int dt) {
   return h;
 }
 
-/* A (RSP_ROWS, RSP_COLS) row_sparse float32 array with rows ids[0..nnr), values vals. */
 static NDArrayHandle rsp(int nnr, const int64_t *ids, const float *vals) {
-  uint32_t shape[2] = {RSP_ROWS, RSP_COLS}, aux_ndim = 1, aux_shape = (uint32_t)nnr;
-  int aux_type = DT_I64;
-  NDArrayHandle h;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
-  if (nnr > 0) {
-    NDArrayHandle v = f32_matrix((uint32_t)nnr, RSP_COLS, vals, 0), i = dense((uint32_t)nnr, DT_I64);
-    CHECK(MXNDArraySyncCopyFromCPU(i, ids, (size_t)nnr));
-    CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
-    CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
-    CHECK(MXNDArrayFree(v));
-    CHECK(MXNDArrayFree(i));
-  }
-  return h;
+  return rsp_f32(RSP_ROWS, RSP_COLS, nnr, ids, vals);
 }
 
 static void fill_f32(NDArrayHandle h, uint32_t n) {

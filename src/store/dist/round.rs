@@ -132,6 +132,28 @@ impl<V> Round<V> {
     }
 }
 
+/// A server's per-key state that sums sync rounds.
+pub trait Folds {
+    /// A pushed value in the server's working form.
+    type Value;
+    /// The round in progress.
+    fn round(&mut self) -> &mut Round<Self::Value>;
+    /// Adds a value to the round's sum (copies it, for the round's first).
+    fn fold(&mut self, value: Self::Value) -> Result<()>;
+}
+
+/// Folds the held values of `entry`'s round that are due; once every worker has pushed or
+/// joined, ends the round and returns its pushes, to be answered after the update.
+pub fn advance<E: Folds>(entry: &mut E, joined: &[bool]) -> Result<Option<Vec<Request>>> {
+    for v in entry.round().ready(joined) {
+        entry.fold(v)?;
+    }
+    if !entry.round().complete(joined) {
+        return Ok(None);
+    }
+    Ok(Some(entry.round().finish()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

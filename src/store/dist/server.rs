@@ -8,7 +8,7 @@
 
 use super::command::{decode_compression, Command};
 use super::members::{Members, Waiter};
-use super::round::{sum_order, Request, Round, SumOrder};
+use super::round::{advance, sum_order, Folds, Request, Round, SumOrder};
 use super::role::Role;
 use super::transport::Node;
 use super::wire::{self, Msg};
@@ -376,16 +376,11 @@ impl ServerCore {
     /// every worker has pushed or joined.
     fn advance_rsp(&self, mut guard: MutexGuard<State>, key: i32) -> Result<()> {
         let state = &mut *guard;
-        let joined = state.members.joined();
         let e = state.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
-        for v in e.round.ready(joined) {
-            e.fold(v)?;
+        match advance(e, state.members.joined())? {
+            Some(requests) => self.finish_rsp(guard, key, requests),
+            None => Ok(()),
         }
-        if !e.round.complete(joined) {
-            return Ok(());
-        }
-        let requests = e.round.finish();
-        self.finish_rsp(guard, key, requests)
     }
 
     /// Applies the merged rows of `key` (update, or assignment without an updater) and
@@ -481,7 +476,7 @@ impl ServerCore {
             return self.finish_dense(state, key, vec![request]);
         }
         if e.round.arrive(worker, request, st.members.joined())? {
-            e.fold(&recv)?;
+            e.add_push(&recv)?;
         } else {
             e.round.hold(worker, recv.into_owned());
         }
@@ -491,16 +486,11 @@ impl ServerCore {
     /// As [`ServerCore::advance_rsp`], for a dense key.
     fn advance_dense(&self, mut guard: MutexGuard<State>, key: i32) -> Result<()> {
         let state = &mut *guard;
-        let joined = state.members.joined();
         let e = state.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
-        for v in e.round.ready(joined) {
-            e.fold(&v)?;
+        match advance(e, state.members.joined())? {
+            Some(requests) => self.finish_dense(guard, key, requests),
+            None => Ok(()),
         }
-        if !e.round.complete(joined) {
-            return Ok(());
-        }
-        let requests = e.round.finish();
-        self.finish_dense(guard, key, requests)
     }
 
     /// The round of `key` is complete (or an async push arrived): update (or assign), then
@@ -591,9 +581,21 @@ impl ServerCore {
     }
 }
 
+impl Folds for Entry {
+    type Value = Vec<u8>;
+
+    fn round(&mut self) -> &mut Round<Vec<u8>> {
+        &mut self.round
+    }
+
+    fn fold(&mut self, value: Vec<u8>) -> Result<()> {
+        self.add_push(&value)
+    }
+}
+
 impl Entry {
     /// Adds a pushed value (in the working dtype) to the round's sum.
-    fn fold(&mut self, value: &[u8]) -> Result<()> {
+    fn add_push(&mut self, value: &[u8]) -> Result<()> {
         if self.round.start_fold() {
             return self.fold_first(value);
         }
@@ -616,7 +618,13 @@ impl Entry {
     }
 }
 
-impl RspEntry {
+impl Folds for RspEntry {
+    type Value = (Vec<i64>, Vec<u8>);
+
+    fn round(&mut self) -> &mut Round<Self::Value> {
+        &mut self.round
+    }
+
     /// Adds pushed rows (in the working dtype) to the round's sum, over the union of rows.
     fn fold(&mut self, (ids, data): (Vec<i64>, Vec<u8>)) -> Result<()> {
         if self.round.start_fold() {
