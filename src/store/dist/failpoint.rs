@@ -31,7 +31,7 @@ pub(super) fn check_push(len: usize) {
 /// `KVSTORE_DIST_TEST_DELAY_US=RANK:MICROSECONDS,...`: worker RANK waits that long before
 /// sending each push (dense or row_sparse), to shuffle the order in which a sync round's
 /// pushes reach the servers. Read once; for tests only (`tests/dist_programs.rs`,
-/// `tests/dist_reproducible.sh`): it slows every push of the named ranks.
+/// `tests/hosted/dist_sync_rules.sh`): it slows every push of the named ranks.
 static PUSH_DELAY_US: Lazy<Vec<(usize, u64)>> = Lazy::new(|| {
     std::env::var("KVSTORE_DIST_TEST_DELAY_US").map_or(Vec::new(), |specs| {
         specs
