@@ -89,24 +89,10 @@ static double ramp(uint32_t i, double r) {
 
 /* A (ROWS, COLS) row_sparse float32 array with rows `ids`, row r filled with vals[r]. */
 static NDArrayHandle rsp(int nnr, const int64_t *ids, const float *row_vals) {
-  uint32_t shape[2] = {ROWS, COLS}, aux_ndim = 1, aux_shape = (uint32_t)nnr;
-  int aux_type = DT_I64;
-  NDArrayHandle h;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
-  if (nnr > 0) {
-    float vals[ROWS * COLS];
-    for (int r = 0; r < nnr; r++)
-      for (int c = 0; c < COLS; c++) vals[r * COLS + c] = row_vals[r] + (float)c / 2;
-    NDArrayHandle v = f32_matrix((uint32_t)nnr, COLS, vals, 0), i;
-    uint32_t n = (uint32_t)nnr;
-    CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_I64, &i));
-    CHECK(MXNDArraySyncCopyFromCPU(i, ids, n));
-    CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
-    CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
-    CHECK(MXNDArrayFree(v));
-    CHECK(MXNDArrayFree(i));
-  }
-  return h;
+  float vals[ROWS * COLS];
+  for (int r = 0; r < nnr; r++)
+    for (int c = 0; c < COLS; c++) vals[r * COLS + c] = row_vals[r] + (float)c / 2;
+  return rsp_f32(ROWS, COLS, nnr, ids, vals);
 }
 
 static void emit_rsp(const char *label, NDArrayHandle h) {

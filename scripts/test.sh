@@ -68,4 +68,6 @@ scripts/dist-diff
 scripts/dist-python.sh
 # Hosted mode: unchanged training scripts on pure MXNet and with libkvstore hosting its store.
 tests/hosted/run.sh
+# dist_sync's rank-order sums and joins of workers that run out of data, through Python.
+tests/hosted/dist_sync_rules.sh
 bash ctests/run_sanitized.sh

@@ -214,3 +214,110 @@ fn a_server_panic_fails_the_job_fast_with_the_reason() {
     assert!(stderr.contains("server's push of 4 elements panicked"), "no panic message on stderr:\n{stderr}");
     assert!(took < Duration::from_secs(50), "the job took {took:?} to fail");
 }
+
+/// The `hash ...` lines of a passed `dist_reproducible` job, checked to be the same on every
+/// worker; returned once.
+fn reproducible_hashes(what: &str, out: &Output, workers: usize) -> Vec<String> {
+    assert_job_passed(what, out, workers);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<String> = stdout.lines().filter(|l| l.starts_with("hash ")).map(str::to_string).collect();
+    lines.sort();
+    let mut unique = lines.clone();
+    unique.dedup();
+    assert!(!unique.is_empty(), "{what}: no hashes:\n{stdout}");
+    assert_eq!(lines.len(), unique.len() * workers, "{what}: the workers pulled different values:\n{stdout}");
+    unique
+}
+
+/// Delays that make the pushes of a round reach the servers in reverse rank order (the last
+/// rank first), for `workers` workers.
+fn reversed_arrival(workers: usize) -> String {
+    let spec: Vec<String> = (0..workers - 1).map(|r| format!("{r}:{}", (workers - 1 - r) * 15_000)).collect();
+    format!("KVSTORE_DIST_TEST_DELAY_US={}", spec.join(","))
+}
+
+/// Delays that make them arrive in rank order.
+fn forward_arrival(workers: usize) -> String {
+    let spec: Vec<String> = (1..workers).map(|r| format!("{r}:{}", r * 15_000)).collect();
+    format!("KVSTORE_DIST_TEST_DELAY_US={}", spec.join(","))
+}
+
+/// A dist_sync job gives byte-identical pulls (hence server state) run twice, the second time
+/// with its pushes reaching the servers in reverse rank order: dense float32 keys on one and
+/// on both servers, float16 keys with float32 masters, row_sparse keys, without and with a
+/// server updater, and 2-bit compressed keys; 3 and 4 workers, 2 servers.
+#[test]
+fn dist_sync_sums_are_the_same_bits_whatever_the_arrival_order() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_reproducible");
+    for workers in [3, 4] {
+        for job in ["plain", "compressed"] {
+            let what = format!("dist_reproducible {job}, {workers} workers 2 servers");
+            let first = reproducible_hashes(&what, &mpirun(&exe, &[job], 2, workers, 0, 120), workers);
+            let again = reproducible_hashes(&what, &mpirun(&exe, &[job], 2, workers, 0, 120), workers);
+            let shuffled = reproducible_hashes(&what, &mpirun_with_env(&exe, &[job], 2, workers, 0, 120, &[&reversed_arrival(workers)]), workers);
+            assert_eq!(first, again, "{what}: a second run pulled other bits");
+            assert_eq!(first, shuffled, "{what}: with the pushes arriving in reverse rank order the pulls differ");
+        }
+    }
+}
+
+/// The control: summed in arrival order (`KVSTORE_DIST_SUM_ORDER=arrival`, ps-lite's order),
+/// the same job pulls other bits when the arrival order is reversed, so the test above can
+/// fail. Compressed rounds add ±threshold or 0 and are not asked to differ.
+#[test]
+fn summed_in_arrival_order_the_same_job_gives_other_bits() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_reproducible");
+    let workers = 3;
+    let run = |delays: String| {
+        let out = mpirun_with_env(&exe, &["plain"], 2, workers, 0, 120, &["KVSTORE_DIST_SUM_ORDER=arrival", &delays]);
+        reproducible_hashes("dist_reproducible plain in arrival order", &out, workers)
+    };
+    let (forward, reversed) = (run(forward_arrival(workers)), run(reversed_arrival(workers)));
+    let differing: Vec<&String> = forward.iter().filter(|l| !reversed.contains(l)).collect();
+    eprintln!("summed in arrival order, keys whose pulls changed with the arrival order: {differing:?}");
+    assert!(!differing.is_empty(), "arrival order made no difference: {forward:?}");
+}
+
+/// A bad `KVSTORE_DIST_SUM_ORDER` fails the servers' Create with the variable named.
+#[test]
+fn a_bad_sum_order_is_refused_by_name() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_reproducible");
+    let out = mpirun_with_env(&exe, &["plain"], 1, 2, 0, 60, &["KVSTORE_DIST_SUM_ORDER=fastest"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job with KVSTORE_DIST_SUM_ORDER=fastest exited 0");
+    assert!(stderr.contains("KVSTORE_DIST_SUM_ORDER=\"fastest\""), "no reason on stderr:\n{stderr}");
+}
+
+/// Uneven data: workers with 6, 4 and 2 rounds of work (and 1 with four workers). Each one
+/// that is done joins (by freeing its store, or at MXNotifyShutdown), and the others' later
+/// rounds complete without it, its share zero: dense keys on one and on both servers,
+/// PushPull, row_sparse pushes and pulls, Barrier, and 2-bit compressed keys; the program
+/// checks every pulled sum against the join rule. With the test hook `push-after-join`, each
+/// joined worker sends one more raw push: the servers refuse it (and the sums, checked by
+/// the others, show it was not applied).
+#[test]
+fn workers_that_run_out_of_data_join_and_the_others_finish() {
+    if !mpirun_available() {
+        return;
+    }
+    let exe = build("dist_join");
+    let out = mpirun_with_env(&exe, &["plain"], 2, 3, 0, 120, &["KVSTORE_TEST_FAILPOINT=push-after-join"]);
+    assert_job_passed("dist_join plain, 3 workers 2 servers", &out, 3);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("ACCEPTED"), "a server applied a push after its worker joined:\n{stderr}");
+    let refusals = stderr.lines().filter(|l| l.contains("test push after join: refused") && l.contains("after it joined")).count();
+    assert_eq!(refusals, 3, "expected one refused push per worker:\n{stderr}");
+    for workers in [3, 4] {
+        let out = mpirun(&exe, &["compressed"], 2, workers, 0, 120);
+        assert_job_passed(&format!("dist_join compressed, {workers} workers 2 servers"), &out, workers);
+    }
+}

@@ -5,8 +5,10 @@
 
 pub mod command;
 mod failpoint;
+mod members;
 pub mod names;
 pub mod role;
+mod round;
 mod server;
 pub mod shard;
 mod transport;
@@ -174,8 +176,7 @@ impl DistStore {
 
     /// A barrier over the workers.
     pub fn barrier(&self) -> Result<()> {
-        self.worker("Barrier")?.barrier();
-        Ok(())
+        self.worker("Barrier")?.barrier()
     }
 
     /// Whether freeing a worker's store waits at the exit barrier.

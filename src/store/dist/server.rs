@@ -1,11 +1,14 @@
 //! A server of a distributed store, as MXNet 1.9's `KVStoreDistServer`: it holds one part of
 //! each of its keys as a 1-D array; the first push of a key is its init; in sync mode it sums
-//! one push per worker (in arrival order) and then updates once and answers every push; in
-//! async mode it applies each push at once. Messages are handled on the MPI receiver thread;
+//! one push per worker that has not joined (in worker-rank order, `round`) and then updates
+//! once and answers every push; in async mode it applies each push at once. Server 0 also
+//! coordinates the worker barriers (`members`). Messages are handled on the MPI receiver thread;
 //! updater and controller calls run on the `RunServer` thread (Python needs its main thread),
 //! the receiver waiting for them, as MXNet's `Executor::Exec`.
 
 use super::command::{decode_compression, Command};
+use super::members::{Members, Waiter};
+use super::round::{advance, sum_order, Folds, Request, Round, SumOrder};
 use super::role::Role;
 use super::transport::Node;
 use super::wire::{self, Msg};
@@ -17,7 +20,7 @@ use crate::ndarray::{DType, NDArray};
 use crate::reduce::{add_into, copy_cast};
 use crate::store::{IntUpdater, STORE_CONTEXT};
 use crossbeam::channel::{unbounded, Receiver, Sender};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -40,8 +43,8 @@ struct Entry {
     stored_dtype: Option<NDArray>,
     /// The sum of this round's pushes (sync) or the push being applied (async).
     merged: Option<NDArray>,
-    /// Pushes waiting for the round's update: (world rank, request, wants the value back).
-    requests: Vec<(usize, u64, bool)>,
+    /// The sync round in progress (pushed values in the working dtype).
+    round: Round<Vec<u8>>,
 }
 
 /// A server's part of a row_sparse key.
@@ -61,12 +64,12 @@ struct RspEntry {
     /// The round's sum (sync) or the push being applied (async): row ids and rows, in the
     /// dtype the server works in.
     merged: (Vec<i64>, Vec<u8>),
-    /// Pushes waiting for the round's update: (world rank, request).
-    requests: Vec<(usize, u64)>,
+    /// The sync round in progress (pushed row ids and rows in the working dtype).
+    round: Round<(Vec<i64>, Vec<u8>)>,
 }
 
-#[derive(Default)]
 struct State {
+    members: Members,
     entries: HashMap<i32, Entry>,
     rsp: HashMap<i32, RspEntry>,
     compression: Option<GradientCompression>,
@@ -77,6 +80,8 @@ struct State {
 pub struct ServerCore {
     node: Arc<Node>,
     num_workers: usize,
+    /// The order of sync rounds' sums.
+    order: SumOrder,
     sync: AtomicBool,
     state: Mutex<State>,
     updater: RwLock<Option<IntUpdater>>,
@@ -105,11 +110,14 @@ impl Server {
     /// A server: it answers messages from now on; updates wait for `RunServer`.
     pub fn start(node: Arc<Node>) -> Result<Server> {
         let rank = node.ranks_of(Role::Server).iter().position(|&r| r == node.rank).unwrap_or(0);
+        let workers = node.ranks_of(Role::Worker);
+        let state = State { members: Members::new(workers.clone()), entries: HashMap::new(), rsp: HashMap::new(), compression: None, multi_precision: false };
         let core = Arc::new(ServerCore {
-            num_workers: node.ranks_of(Role::Worker).len(),
+            num_workers: workers.len(),
+            order: sum_order()?,
             node: Arc::clone(&node),
             sync: AtomicBool::new(false),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             updater: RwLock::new(None),
             controller: RwLock::new(None),
             jobs: unbounded(),
@@ -250,6 +258,8 @@ impl ServerCore {
                     Err(e) => self.reply(source, req, Err(e)),
                 }
             }
+            Msg::Join { req } => self.join(source, req),
+            Msg::Barrier { req, exit } => self.barrier(source, req, exit),
             Msg::Reply { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
         }
     }
@@ -286,7 +296,7 @@ impl ServerCore {
             if e.dtype == DType::Float32 {
                 continue;
             }
-            crate::ensure!(e.requests.is_empty(), "Multiprecision mode can not be set while pushes are underway");
+            crate::ensure!(e.round.is_empty(), "Multiprecision mode can not be set while pushes are underway");
             let master = NDArray::zeros(e.stored.shape(), STORE_CONTEXT, DType::Float32)?;
             read_now(&e.stored, |s| write_now(&master, |d| copy_cast(e.dtype, s, DType::Float32, d, 1)))??;
             e.stored_dtype = Some(std::mem::replace(&mut e.stored, master));
@@ -296,7 +306,7 @@ impl ServerCore {
             if e.dtype == DType::Float32 {
                 continue;
             }
-            crate::ensure!(e.requests.is_empty(), "Multiprecision mode can not be set while pushes are underway (key {key})");
+            crate::ensure!(e.round.is_empty(), "Multiprecision mode can not be set while pushes are underway (key {key})");
             let rows = engine().run_sync(&[e.stored.var()], &[], || e.stored.rows_now())??;
             let master = NDArray::empty_row_sparse(e.stored.shape(), STORE_CONTEXT, DType::Float32)?;
             master.set_rows_now(&rows.ids, cast_buffer(e.dtype, &rows.data, DType::Float32)?)?;
@@ -307,8 +317,9 @@ impl ServerCore {
     }
 
     /// A row_sparse push (MXNet's `DataHandleRowSparse`): the first is the init; then, in
-    /// sync mode, the round's pushes are summed over the union of their rows and applied once
-    /// every worker has pushed; in async mode each push with rows is applied at once.
+    /// sync mode, the round's pushes are summed (in worker-rank order, see `round`) over the
+    /// union of their rows and applied once every worker has pushed or joined; in async mode
+    /// each push with rows is applied at once.
     #[allow(clippy::too_many_arguments)]
     fn rsp_push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, (part_rows, row_len): (usize, usize), ids: &[i64], data: &[u8]) -> Result<()> {
         let dtype = DType::from_code(dtype)?;
@@ -317,6 +328,7 @@ impl ServerCore {
         crate::ensure!(row_len > 0 && data.len() == ids.len() * rb, "row_sparse push of {} bytes for {} rows of {row_len} {}", data.len(), ids.len(), dtype.name());
         crate::ensure!(ids.iter().all(|&r| r >= 0 && (r as usize) < part_rows), "row_sparse push of key {key} names rows outside this server's {part_rows} rows");
         let mut state = self.state.lock();
+        let worker = state.members.active_worker(source, &|| format!("a push of row_sparse key {key}"))?;
         let mp = state.multi_precision && dtype != DType::Float32;
         let work = if mp { DType::Float32 } else { dtype };
         if !state.rsp.contains_key(&key) {
@@ -329,15 +341,19 @@ impl ServerCore {
             stored.set_rows_now(&(0..n as i64).collect::<Vec<_>>(), cast_buffer(dtype, data, work)?)?;
             let mut memory = vec![0u8; part_rows.max(n) * rb];
             memory[..data.len()].copy_from_slice(data);
-            state.rsp.insert(key, RspEntry { dtype, part_rows, row_len, stored, memory, merged: (Vec::new(), Vec::new()), requests: Vec::new() });
+            let round = Round::new(self.num_workers, self.order);
+            state.rsp.insert(key, RspEntry { dtype, part_rows, row_len, stored, memory, merged: (Vec::new(), Vec::new()), round });
             drop(state);
             self.reply(source, req, Ok(&[]));
             return Ok(());
         }
         let sync = self.sync.load(Ordering::SeqCst);
         let updater = self.updater.read().is_some();
-        let e = state.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        let st = &mut *state;
+        let e = st.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
         crate::ensure!(e.dtype == dtype && e.row_len == row_len, "key {key}: row_sparse push of {} rows of {row_len}, the key holds {} rows of {}", dtype.name(), e.dtype.name(), e.row_len);
+        let request = Request { source, req, want_value: false };
+        let value = (ids.to_vec(), cast_buffer(dtype, data, work)?.bytes().to_vec());
         if !sync {
             crate::ensure!(updater, "Updater needs to be set for async mode (key {key})");
             if ids.is_empty() {
@@ -345,22 +361,35 @@ impl ServerCore {
                 self.reply(source, req, Ok(&[]));
                 return Ok(());
             }
+            e.merged = value;
+            return self.finish_rsp(state, key, vec![request]);
         }
-        let recv = cast_buffer(dtype, data, work)?;
-        if e.requests.is_empty() || !sync {
-            e.merged = (ids.to_vec(), recv.bytes().to_vec());
+        if e.round.arrive(worker, request, st.members.joined())? {
+            e.fold(value)?;
         } else {
-            let wrb = row_len * work.size();
-            let (mids, mdata) = std::mem::take(&mut e.merged);
-            let (sum_ids, sum) = crate::reduce::sparse::sum_rows(work, wrb, &[(ids, recv.bytes()), (&mids, &mdata)])?;
-            e.merged = (sum_ids, sum.bytes().to_vec());
+            e.round.hold(worker, value);
         }
-        e.requests.push((source, req));
-        if sync && e.requests.len() < self.num_workers {
-            return Ok(());
+        self.advance_rsp(state, key)
+    }
+
+    /// Folds the held pushes of `key`'s sync round that are due, and finishes the round once
+    /// every worker has pushed or joined.
+    fn advance_rsp(&self, mut guard: MutexGuard<State>, key: i32) -> Result<()> {
+        let state = &mut *guard;
+        let e = state.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        match advance(e, state.members.joined())? {
+            Some(requests) => self.finish_rsp(guard, key, requests),
+            None => Ok(()),
         }
+    }
+
+    /// Applies the merged rows of `key` (update, or assignment without an updater) and
+    /// answers `requests`.
+    fn finish_rsp(&self, mut state: MutexGuard<State>, key: i32, requests: Vec<Request>) -> Result<()> {
+        let updater = self.updater.read().is_some();
+        let e = state.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        let (dtype, work) = (e.dtype, e.stored.dtype());
         let (mids, mdata) = std::mem::take(&mut e.merged);
-        let requests = std::mem::take(&mut e.requests);
         let stored = e.stored.clone();
         let merged = NDArray::empty_row_sparse(stored.shape(), STORE_CONTEXT, work)?;
         let mut buf = crate::base::buffer::Buffer::zeroed(mdata.len())?;
@@ -386,8 +415,8 @@ impl ServerCore {
                 e.memory[..n].copy_from_slice(&packed.bytes()[..n]);
             }
         }
-        for (dest, r) in requests {
-            self.reply(dest, r, Ok(&[]));
+        for r in requests {
+            self.reply(r.source, r.req, Ok(&[]));
         }
         Ok(())
     }
@@ -396,6 +425,7 @@ impl ServerCore {
     fn push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, len: usize, data: &[u8]) -> Result<()> {
         let dtype = DType::from_code(dtype)?;
         let mut state = self.state.lock();
+        let worker = state.members.active_worker(source, &|| format!("a push of key {key}"))?;
         let mp = state.multi_precision && dtype != DType::Float32;
         let work_dtype = if mp { DType::Float32 } else { dtype };
         // The pushed values in the dtype the server works in: borrowed from the received
@@ -429,37 +459,47 @@ impl ServerCore {
             } else {
                 None
             };
-            state.entries.insert(key, Entry { dtype, stored, stored_dtype, merged: None, requests: Vec::new() });
+            let round = Round::new(self.num_workers, self.order);
+            state.entries.insert(key, Entry { dtype, stored, stored_dtype, merged: None, round });
             drop(state);
             self.reply(source, req, Ok(&[]));
             return Ok(());
         }
         let sync = self.sync.load(Ordering::SeqCst);
+        let st = &mut *state;
+        let e = st.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        crate::ensure!(e.dtype == dtype && e.stored.size() == len, "key {key}: push of {len} {} values, the key holds {} {}", dtype.name(), e.stored.size(), e.dtype.name());
+        let request = Request { source, req, want_value: flags & wire::PUSH_PULL != 0 };
+        if !sync {
+            crate::ensure!(self.updater.read().is_some(), "Updater needs to be set for async mode (key {key})");
+            e.fold_first(&recv)?;
+            return self.finish_dense(state, key, vec![request]);
+        }
+        if e.round.arrive(worker, request, st.members.joined())? {
+            e.add_push(&recv)?;
+        } else {
+            e.round.hold(worker, recv.into_owned());
+        }
+        self.advance_dense(state, key)
+    }
+
+    /// As [`ServerCore::advance_rsp`], for a dense key.
+    fn advance_dense(&self, mut guard: MutexGuard<State>, key: i32) -> Result<()> {
+        let state = &mut *guard;
+        let e = state.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
+        match advance(e, state.members.joined())? {
+            Some(requests) => self.finish_dense(guard, key, requests),
+            None => Ok(()),
+        }
+    }
+
+    /// The round of `key` is complete (or an async push arrived): update (or assign), then
+    /// answer every push of it, with the value for push-pulls.
+    fn finish_dense(&self, mut state: MutexGuard<State>, key: i32, requests: Vec<Request>) -> Result<()> {
         let updater = self.updater.read().is_some();
         let e = state.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
-        crate::ensure!(e.dtype == dtype && e.stored.size() == len, "key {key}: push of {len} {} values, the key holds {} {}", dtype.name(), e.stored.size(), e.dtype.name());
-        if !sync {
-            crate::ensure!(updater, "Updater needs to be set for async mode (key {key})");
-        }
-        let merged = match &e.merged {
-            Some(m) => m.clone(),
-            None => {
-                let m = NDArray::zeros(&[len], STORE_CONTEXT, work_dtype)?;
-                e.merged = Some(m.clone());
-                m
-            }
-        };
-        if e.requests.is_empty() || !sync {
-            write_now(&merged, |d| d.copy_from_slice(&recv))?;
-        } else {
-            write_now(&merged, |d| add_into(work_dtype, d, &recv))?;
-        }
-        e.requests.push((source, req, flags & wire::PUSH_PULL != 0));
-        if sync && e.requests.len() < self.num_workers {
-            return Ok(());
-        }
-        // The round is complete (or async): update, then answer every push.
-        let requests = std::mem::take(&mut e.requests);
+        let dtype = e.dtype;
+        let merged = e.merged.clone().ok_or_else(|| crate::Error::new("a finished round without a sum"))?;
         if !updater {
             // Without an updater the round's sum is the new value: it becomes the stored
             // array, and the old one the next round's sum, which that round's first push
@@ -482,16 +522,120 @@ impl ServerCore {
             // One encoded reply carries the value to every push-pull of the round; only its
             // request id changes between sends (each send returns once its buffer is free).
             let mut with_value: Option<Vec<u8>> = None;
-            for (dest, r, want) in requests {
-                if !want {
-                    self.reply(dest, r, Ok(&[]));
+            for r in requests {
+                if !r.want_value {
+                    self.reply(r.source, r.req, Ok(&[]));
                     continue;
                 }
-                let msg = with_value.get_or_insert_with(|| wire::encode(&Msg::Reply { req: r, ok: true, data: value }));
-                wire::set_reply_req(msg, r);
-                self.node.send(dest, msg);
+                let msg = with_value.get_or_insert_with(|| wire::encode(&Msg::Reply { req: r.req, ok: true, data: value }));
+                wire::set_reply_req(msg, r.req);
+                self.node.send(r.source, msg);
             }
         })
+    }
+
+    /// A worker has joined: the sync rounds waiting only for it complete now (its share is
+    /// zero), and the barriers it held back are released.
+    fn join(&self, source: usize, req: u64) {
+        let released = self.state.lock().members.join(source);
+        match released {
+            Err(e) => return self.reply(source, req, Err(e.message().to_string())),
+            Ok(waiters) => {
+                self.reply(source, req, Ok(&[]));
+                self.release(waiters);
+            }
+        }
+        let (dense, sparse): (Vec<i32>, Vec<i32>) = {
+            let state = self.state.lock();
+            let open = |round_empty: bool| !round_empty;
+            (
+                state.entries.iter().filter(|(_, e)| open(e.round.is_empty())).map(|(k, _)| *k).collect(),
+                state.rsp.iter().filter(|(_, e)| open(e.round.is_empty())).map(|(k, _)| *k).collect(),
+            )
+        };
+        for key in dense {
+            if let Err(e) = self.advance_dense(self.state.lock(), key) {
+                eprintln!("libkvstore: completing the round of key {key} after a join failed: {e}");
+            }
+        }
+        for key in sparse {
+            if let Err(e) = self.advance_rsp(self.state.lock(), key) {
+                eprintln!("libkvstore: completing the round of row_sparse key {key} after a join failed: {e}");
+            }
+        }
+    }
+
+    /// A worker barrier (server 0 coordinates them).
+    fn barrier(&self, source: usize, req: u64, exit: bool) {
+        let released = self.state.lock().members.barrier(source, req, exit);
+        match released {
+            Ok(waiters) => self.release(waiters),
+            Err(e) => self.reply(source, req, Err(e.message().to_string())),
+        }
+    }
+
+    fn release(&self, waiters: Vec<Waiter>) {
+        for (dest, req) in waiters {
+            self.reply(dest, req, Ok(&[]));
+        }
+    }
+}
+
+impl Folds for Entry {
+    type Value = Vec<u8>;
+
+    fn round(&mut self) -> &mut Round<Vec<u8>> {
+        &mut self.round
+    }
+
+    fn fold(&mut self, value: Vec<u8>) -> Result<()> {
+        self.add_push(&value)
+    }
+}
+
+impl Entry {
+    /// Adds a pushed value (in the working dtype) to the round's sum.
+    fn add_push(&mut self, value: &[u8]) -> Result<()> {
+        if self.round.start_fold() {
+            return self.fold_first(value);
+        }
+        let merged = self.merged.as_ref().ok_or_else(|| crate::Error::new("a round's sum vanished"))?;
+        let work = self.stored.dtype();
+        write_now(merged, |d| add_into(work, d, value))
+    }
+
+    /// Starts the round's sum with `value`.
+    fn fold_first(&mut self, value: &[u8]) -> Result<()> {
+        let merged = match &self.merged {
+            Some(m) => m.clone(),
+            None => {
+                let m = NDArray::zeros(&[self.stored.size()], STORE_CONTEXT, self.stored.dtype())?;
+                self.merged = Some(m.clone());
+                m
+            }
+        };
+        write_now(&merged, |d| d.copy_from_slice(value))
+    }
+}
+
+impl Folds for RspEntry {
+    type Value = (Vec<i64>, Vec<u8>);
+
+    fn round(&mut self) -> &mut Round<Self::Value> {
+        &mut self.round
+    }
+
+    /// Adds pushed rows (in the working dtype) to the round's sum, over the union of rows.
+    fn fold(&mut self, (ids, data): (Vec<i64>, Vec<u8>)) -> Result<()> {
+        if self.round.start_fold() {
+            self.merged = (ids, data);
+            return Ok(());
+        }
+        let work = self.stored.dtype();
+        let (mids, mdata) = std::mem::take(&mut self.merged);
+        let (sum_ids, sum) = crate::reduce::sparse::sum_rows(work, self.row_len * work.size(), &[(&mids, &mdata), (&ids, &data)])?;
+        self.merged = (sum_ids, sum.bytes().to_vec());
+        Ok(())
     }
 }
 

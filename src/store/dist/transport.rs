@@ -213,12 +213,6 @@ impl Node {
         unsafe { (self.plugin.barrier)(0) };
     }
 
-    /// A barrier over the processes of this one's role.
-    pub fn barrier_group(&self) {
-        // SAFETY: a plain call.
-        unsafe { (self.plugin.barrier)(1) };
-    }
-
     /// Aborts the whole job.
     pub fn abort(&self, code: i32) -> ! {
         // SAFETY: a plain call; it does not return.

@@ -29,6 +29,12 @@ pub enum Msg<'a> {
     RspPush { req: u64, key: i32, dtype: i32, flags: u8, part_rows: u64, row_len: u64, ids: Vec<i64>, data: &'a [u8] },
     /// Worker to server: send these rows (relative ids, sorted, unique) of the part.
     RspPull { req: u64, key: i32, ids: Vec<i64> },
+    /// Worker to server: this worker has finished (it is in its exit protocol); from now on
+    /// sync rounds complete without it and its pushes are refused.
+    Join { req: u64 },
+    /// Worker to server 0: a worker barrier (`exit`: the exit barrier, after `Join`); the
+    /// reply comes when the barrier is released.
+    Barrier { req: u64, exit: bool },
 }
 
 const PUSH: u8 = 1;
@@ -38,6 +44,8 @@ const HAS_UPDATER: u8 = 4;
 const REPLY: u8 = 5;
 const RSP_PUSH: u8 = 6;
 const RSP_PULL: u8 = 7;
+const JOIN: u8 = 8;
+const BARRIER: u8 = 9;
 
 fn put_ids(m: &mut Vec<u8>, ids: &[i64]) {
     m.extend_from_slice(&(ids.len() as u64).to_le_bytes());
@@ -120,6 +128,17 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             put_ids(&mut m, ids);
             m
         }
+        Msg::Join { req } => {
+            let mut m = vec![JOIN];
+            m.extend_from_slice(&req.to_le_bytes());
+            m
+        }
+        Msg::Barrier { req, exit } => {
+            let mut m = vec![BARRIER];
+            m.extend_from_slice(&req.to_le_bytes());
+            m.push(*exit as u8);
+            m
+        }
     }
 }
 
@@ -188,6 +207,8 @@ pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
             let (req, key) = (r.u64()?, r.i32()?);
             Msg::RspPull { req, key, ids: r.ids()? }
         }
+        JOIN => Msg::Join { req: r.u64()? },
+        BARRIER => Msg::Barrier { req: r.u64()?, exit: r.u8()? != 0 },
         other => crate::bail!("unknown message kind {other}"),
     })
 }
@@ -209,6 +230,9 @@ mod tests {
             Msg::RspPush { req: 5, key: 9, dtype: 0, flags: 0, part_rows: 6, row_len: 2, ids: vec![0, 5], data: &data },
             Msg::RspPull { req: 6, key: 9, ids: vec![] },
             Msg::RspPull { req: 7, key: 9, ids: vec![1, 3, 4] },
+            Msg::Join { req: 8 },
+            Msg::Barrier { req: 9, exit: false },
+            Msg::Barrier { req: 10, exit: true },
         ];
         for m in &msgs {
             assert_eq!(&decode(&encode(m)).unwrap(), m);

@@ -179,14 +179,21 @@ impl Worker {
             .collect()
     }
 
-    /// Sends command `id` to every server and waits for all of them to have handled it.
-    pub fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
-        let pending = Pending::new(self.servers.len(), None, None);
-        let reqs = self.register(&pending, &vec![0; self.servers.len()]);
-        for (&server, req) in self.servers.iter().zip(reqs) {
-            self.node.send(server, &wire::encode(&Msg::Command { req, id, body }));
+    /// Sends a request (`encode(req)`) to each of `dests` (world ranks) and waits for every
+    /// answer.
+    fn ask(&self, dests: &[usize], encode: impl Fn(u64) -> Vec<u8>) -> Arc<Pending> {
+        let pending = Pending::new(dests.len(), None, None);
+        let reqs = self.register(&pending, &vec![0; dests.len()]);
+        for (&dest, req) in dests.iter().zip(reqs) {
+            self.node.send(dest, &encode(req));
         }
         pending.wait();
+        pending
+    }
+
+    /// Sends command `id` to every server and waits for all of them to have handled it.
+    pub fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
+        let pending = self.ask(&self.servers, |req| wire::encode(&Msg::Command { req, id, body }));
         let errors = pending.errors.lock();
         crate::ensure!(errors.is_empty(), "a server failed command {id}: {}", errors.join("; "));
         Ok(())
@@ -197,18 +204,49 @@ impl Worker {
         if self.mode.sync || self.state.lock().servers_update {
             return Ok(());
         }
-        let pending = Pending::new(self.servers.len(), None, None);
-        let reqs = self.register(&pending, &vec![0; self.servers.len()]);
-        for (&server, req) in self.servers.iter().zip(reqs) {
-            self.node.send(server, &wire::encode(&Msg::HasUpdater { req }));
-        }
-        pending.wait();
+        let pending = self.ask(&self.servers, |req| wire::encode(&Msg::HasUpdater { req }));
         let all = pending.answers.lock().iter().all(|a| a.first() == Some(&1));
         crate::ensure!(
             all,
             "dist_async pushes need an updater on every server (set the optimizer first): the servers would have nothing to apply the push with"
         );
         self.state.lock().servers_update = true;
+        Ok(())
+    }
+
+    /// A worker barrier, coordinated by server 0 (`exit`: the exit barrier, which waits for
+    /// every worker; a plain one waits for the workers that have not joined).
+    fn barrier_at_server(&self, exit: bool) -> Result<()> {
+        let pending = self.ask(&self.servers[..1], |req| wire::encode(&Msg::Barrier { req, exit }));
+        let errors = pending.errors.lock();
+        crate::ensure!(errors.is_empty(), "the worker barrier failed: {}", errors.join("; "));
+        Ok(())
+    }
+
+    /// The test hook `push-after-join`: one raw push of this worker's first dense key to its
+    /// servers, after the join; prints what the servers answered.
+    fn push_after_join(&self) {
+        let parts = {
+            let state = self.state.lock();
+            state.meta.iter().filter(|(_, m)| !m.sparse()).min_by_key(|(k, _)| **k).map(|(k, m)| (*k, m.dtype, m.parts.clone()))
+        };
+        let Some((key, dtype, parts)) = parts else { return };
+        for p in parts {
+            let data = vec![0u8; p.len * dtype.size()];
+            let pending = self.ask(&[self.servers[p.server]], |req| wire::encode(&Msg::Push { req, key, dtype: dtype.code(), flags: 0, len: p.len as u64, data: &data }));
+            let refusal = pending.errors.lock().first().cloned();
+            match refusal {
+                Some(e) => eprintln!("libkvstore: test push after join: refused: {e}"),
+                None => eprintln!("libkvstore: test push after join: ACCEPTED by server {}", p.server),
+            }
+        }
+    }
+
+    /// Tells every server that this worker has finished (see `members`).
+    fn join(&self) -> Result<()> {
+        let pending = self.ask(&self.servers, |req| wire::encode(&Msg::Join { req }));
+        let errors = pending.errors.lock();
+        crate::ensure!(errors.is_empty(), "a server refused the join: {}", errors.join("; "));
         Ok(())
     }
 
@@ -298,8 +336,8 @@ impl Worker {
             }
         }
         // The other workers wait at this barrier: reach it even when an init failed.
-        self.node.barrier_group();
-        failed
+        let reached = self.barrier_at_server(false);
+        failed.and(reached)
     }
 
     /// Looks up keys and checks values against them; returns, per unique key in ascending
@@ -421,7 +459,9 @@ impl Worker {
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
         let order = self.sum_order();
         let target = comm.clone();
+        let delay = super::failpoint::push_delay(self.rank);
         engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
+            std::thread::sleep(delay);
             let dtype = values[0].dtype();
             let esz = dtype.size();
             let want_data = flags & wire::PUSH_PULL != 0;
@@ -481,7 +521,9 @@ impl Worker {
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
+        let delay = super::failpoint::push_delay(self.rank);
         engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
+            std::thread::sleep(delay);
             let dtype = values[0].dtype();
             let row_bytes = values[0].row_bytes();
             let row_len = values[0].row_len();
@@ -721,9 +763,10 @@ impl Worker {
         Ok(())
     }
 
-    /// A barrier over the workers (it does not wait for pending pushes and pulls).
-    pub fn barrier(&self) {
-        self.node.barrier_group();
+    /// A barrier over the workers that have not joined (it does not wait for pending
+    /// pushes and pulls).
+    pub fn barrier(&self) -> Result<()> {
+        self.barrier_at_server(false)
     }
 
     /// Whether freeing the store waits at a barrier first (and then stops the servers).
@@ -731,19 +774,31 @@ impl Worker {
         self.state.lock().barrier_before_exit = barrier;
     }
 
-    /// MXNet's worker destructor: wait for pending work; with the exit barrier, barrier, and
-    /// worker 0 stops the servers; then the all-node barrier of ps-lite's finalize.
+    /// MXNet's worker destructor: wait for pending work; join (the other workers' sync rounds
+    /// and barriers go on without this one); with the exit barrier, wait there for every
+    /// worker — as long as the others still train —, then worker 0 stops the servers, then
+    /// the all-node barrier of ps-lite's finalize (bounded by the exit watchdog).
     /// Runs once: later calls (a Free after MXNotifyShutdown ran it) return at once.
     pub fn shutdown(&self) {
         if self.shut_down.swap(true, Ordering::SeqCst) {
             return;
         }
-        let watchdog = super::exit_watchdog("worker exit");
         // A failure of pending work has no caller left to report to at exit.
         let _ = engine().wait_all();
+        if let Err(e) = self.join() {
+            eprintln!("libkvstore: {e}");
+        }
+        if super::failpoint::push_after_join() {
+            self.push_after_join();
+        }
         let barrier = self.state.lock().barrier_before_exit;
         if barrier {
-            self.node.barrier_group();
+            if let Err(e) = self.barrier_at_server(true) {
+                eprintln!("libkvstore: {e}");
+            }
+        }
+        let watchdog = super::exit_watchdog("worker exit");
+        if barrier {
             if self.rank == 0 {
                 if let Err(e) = self.send_command(Command::StopServer.id(), b"") {
                     eprintln!("libkvstore: stopping the servers failed: {e}");
