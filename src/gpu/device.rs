@@ -29,6 +29,13 @@ pub enum Lane {
 /// Events recorded at the end of an op's work, on every stream it used.
 pub struct Events(Vec<(i32, usize)>);
 
+impl Events {
+    /// The `i`-th event's handle.
+    pub(crate) fn handle(&self, i: usize) -> Handle {
+        self.0[i].1 as Handle
+    }
+}
+
 impl Event for Events {
     fn wait(&self) -> Result<(), String> {
         let rt = runtime()?;

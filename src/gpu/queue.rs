@@ -167,6 +167,29 @@ impl Queue {
         }
     }
 
+    /// Makes the work enqueued later on `ordinal`'s compute stream wait for what is enqueued
+    /// so far on `after`'s compute stream (`cuStreamWaitEvent`: the host does not wait). The
+    /// event is kept until the op's work has finished.
+    pub fn order_after(&mut self, ordinal: i32, after: i32) {
+        if self.error.is_some() || ordinal == after {
+            return;
+        }
+        let events = match Device::record_events(&[(after, Lane::Compute)]) {
+            Ok(e) => e,
+            Err(e) => return self.fail(e),
+        };
+        let Ok(rt) = runtime() else { return self.fail("the CUDA driver is not usable".into()) };
+        let event = events.handle(0);
+        if !self.used.contains(&(after, Lane::Compute)) {
+            self.used.push((after, Lane::Compute));
+        }
+        self.on(ordinal, Lane::Compute, |api, stream| {
+            // SAFETY: an event recorded just above, alive (held below) until the work is done.
+            rt.check(ordinal, "cuStreamWaitEvent", unsafe { (api.stream_wait_event)(stream, event, 0) })
+        });
+        self.held.push(Box::new(events));
+    }
+
     /// Launches kernel `name` on `ordinal`'s compute stream: `grid` blocks of `block` threads,
     /// `params` pointing at each argument's value (as `cuLaunchKernel`'s kernelParams).
     pub(crate) fn launch(&mut self, ordinal: i32, name: &str, grid: u32, block: u32, params: &mut [*mut c_void]) {

@@ -1,22 +1,24 @@
-//! Compressed sums on a GPU (MXNet's `CommDevice::ReduceCompressed`) when a key's values,
-//! their residuals and the merge buffer share one device: each value quantised against its
-//! residual, its codes dequantised into the merge buffer (the first written, the next added:
-//! the left fold). Values spread over several GPUs are staged through the host (`staged`).
+//! Compressed sums on GPUs (MXNet's `CommDevice::ReduceCompressed`): each value quantised
+//! against its residual on its own GPU, the codes copied to the merge buffer's GPU and
+//! dequantised there (the first written, the next added: the left fold). The streams of the
+//! two GPUs are ordered by events (`Queue::order_after`), never by the host.
 
 use crate::backend::CompressedSumJob;
 use crate::compression::CompressionType;
 use crate::engine::{engine, OpDone, Var};
 use crate::error::Error;
 use crate::gpu::sums::{dequantize, quantize};
-use crate::gpu::{DevicePtr, Queue};
+use crate::gpu::{DevicePtr, Place, Queue};
 use crate::ndarray::{DType, NDArray};
 use std::sync::Arc;
 
-/// Whether the GPU compresses `job` itself: float32 values, residuals and output on one GPU.
+/// Whether the GPU compresses `job` itself: float32 values and output on GPUs, each value's
+/// residual on the value's GPU (where it is quantised).
 pub(super) fn is_native(job: &CompressedSumJob) -> bool {
-    let ctx = job.dst.ctx();
-    let here = |a: &NDArray| a.on_device() && a.ctx() == ctx && a.dtype() == DType::Float32;
-    here(&job.dst) && job.values.iter().all(here) && job.residuals.iter().all(here) && job.residuals.len() >= job.values.len()
+    let on_gpu = |a: &NDArray| a.on_device() && a.dtype() == DType::Float32;
+    on_gpu(&job.dst)
+        && job.residuals.len() >= job.values.len()
+        && job.values.iter().zip(&job.residuals).all(|(v, r)| on_gpu(v) && on_gpu(r) && v.ctx() == r.ctx())
 }
 
 /// Schedules the compressed sums of `batch` (each [`is_native`]) as one op.
@@ -44,7 +46,17 @@ fn run(batch: Arc<Vec<CompressedSumJob>>, done: OpDone) {
         let Some(packed) = q.alloc_temp(dst.ordinal, packed_len) else { break };
         for (i, (v, r)) in job.values.iter().zip(&job.residuals).enumerate() {
             let (Some(g), Some(res)) = (ptr(v), ptr(r)) else { break };
-            quantize(&mut q, one_bit, packed, packed_len as u64, g, res, n, gc.threshold);
+            if g.ordinal == dst.ordinal {
+                quantize(&mut q, one_bit, packed, packed_len as u64, g, res, n, gc.threshold);
+            } else {
+                // Quantised on the value's GPU, the codes copied to the merge GPU.
+                let Some(remote) = q.alloc_temp(g.ordinal, packed_len) else { break };
+                quantize(&mut q, one_bit, remote, packed_len as u64, g, res, n, gc.threshold);
+                q.order_after(dst.ordinal, g.ordinal);
+                q.copy_before_kernels(Place::Device(packed), Place::Device(remote), packed_len);
+                q.order_after(g.ordinal, dst.ordinal);
+                q.free_temp(remote);
+            }
             dequantize(&mut q, one_bit, dst, packed, n, gc.threshold, i > 0);
         }
         q.free_temp(packed);
