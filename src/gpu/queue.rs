@@ -263,3 +263,25 @@ fn synchronize(used: &[(i32, Lane)]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_queue_completes_at_once_and_a_failed_one_reports_its_first_error() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = tx.clone();
+        Queue::new().finish(Box::new(move |r| t.send(r).unwrap()), Box::new(()));
+        assert_eq!(rx.try_recv().unwrap(), Ok(()));
+        let mut q = Queue::new();
+        q.fail("first".into());
+        q.fail("second".into());
+        assert!(q.failed());
+        // Nothing is enqueued after a failure (and nothing reaches a driver).
+        q.fill_bytes(DevicePtr { ordinal: 0, addr: 0x1000 }, 0, 16);
+        q.finish(Box::new(move |r| tx.send(r).unwrap()), Box::new(()));
+        assert_eq!(rx.try_recv().unwrap(), Err("first".to_string()));
+        assert_eq!(Queue::new().wait(), Ok(()));
+    }
+}

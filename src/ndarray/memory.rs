@@ -109,3 +109,25 @@ impl From<Buffer> for Memory {
         Memory::Host(b)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_contexts_get_host_memory_and_read_it() {
+        // Without a driver (CI's default) cpu_pinned is ordinary host memory, as in MXNet
+        // built without CUDA; with one it is pinned. Either way host code reads it.
+        for ctx in [Context::cpu(0), Context::cpu_pinned(0)] {
+            let mut m = Memory::zeroed(ctx, 10).unwrap();
+            assert_eq!(m.len(), 10);
+            assert!(m.device_ptr().is_none());
+            m.bytes_mut()[9] = 7;
+            assert_eq!(m.bytes()[9], 7);
+        }
+        if !crate::gpu::pinned_memory_available() {
+            assert!(matches!(Memory::zeroed(Context::cpu_pinned(0), 4).unwrap(), Memory::Host(_)));
+            assert!(Memory::zeroed(Context { dev_type: DeviceType::Gpu, dev_id: 0 }, 4).is_err());
+        }
+    }
+}
