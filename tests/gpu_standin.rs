@@ -7,8 +7,9 @@
 //! - C programs of `ctests/` rebuilt with `-DDEV_CPU=2` (every array on a GPU), under
 //!   AddressSanitizer: output identical to their CPU build's (MXNet's refusal of a cast
 //!   across devices aside); the stand-in's device pointers fault on any host read;
-//! - faults (`CUDA_STANDIN_FAIL`): out of device memory at the call, a faulting kernel or
-//!   copy reported at the next wait on what it wrote, other work intact;
+//! - faults (`CUDA_STANDIN_FAIL`): out of device memory at the call (a create) or at the next
+//!   wait (an op's scratch), a faulting kernel or copy reported at the next wait on what it
+//!   wrote, other work intact;
 //! - the trace (`CUDA_STANDIN_TRACE`): a steady push/pull loop makes no driver call on the
 //!   calling thread, allocates no pinned memory, and launches one kernel per device per push.
 //!
@@ -208,8 +209,13 @@ fn out_of_device_memory_fails_at_the_call_and_the_next_allocation_works() {
 #[test]
 fn a_faulting_kernel_or_copy_reaches_the_next_wait_and_other_work_goes_on() {
     for devices in [1, 2, 4] {
-        for fault in ["cuLaunchKernel:1", "cuMemcpyDtoHAsync_v2:1"] {
-            let out = run(gpu_standin(), &["async_fail"], devices, &[("CUDA_STANDIN_FAIL", fault)]);
+        for (fault, error) in [
+            ("cuLaunchKernel:1", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+            ("cuMemcpyDtoHAsync_v2:1", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+            // The sum's scratch (its fused table): out of memory at the next wait.
+            ("cuMemAllocAsync:1", "CUDA_ERROR_OUT_OF_MEMORY"),
+        ] {
+            let out = run(gpu_standin(), &["async_fail", error], devices, &[("CUDA_STANDIN_FAIL", fault)]);
             assert_ok(&format!("gpu_standin async_fail with {fault} on {devices} devices"), &out);
         }
     }
