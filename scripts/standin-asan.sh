@@ -17,5 +17,9 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gpu_standin_kernels" and m.get("executable"):
         print(m["executable"])')
 [ -x "$bin" ] || { echo "standin-asan: no gpu_standin_kernels test binary" >&2; exit 1; }
-LD_PRELOAD="$(c++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 \
+# ASan's dlopen interceptor makes NVRTC's own dlopen of libnvrtc-builtins lose NVRTC's
+# $ORIGIN run path, so the builtins' directory goes on the search path here.
+nvrtc="${KVSTORE_NVRTC_PATH:-$(scripts/nvrtc-wheel.sh)}"
+LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" KVSTORE_NVRTC_PATH="$nvrtc" \
+  LD_PRELOAD="$(c++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 \
   KVSTORE_CUDA_STANDIN_DIR="$PWD/$target/lib" "$bin"
