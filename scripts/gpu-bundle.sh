@@ -11,6 +11,9 @@ out=.gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/bin"
 cp target/release/libkvstore.so "$out/lib/"
+# The programs record the SONAME (libkvstore.so.<major>, build.rs), as they do when linked to an install.
+soname=$(readelf -d target/release/libkvstore.so | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+ln -sf libkvstore.so "$out/lib/$soname"
 for p in ctests/gpu_diff ctests/gpu_absent benches/gpubench; do
   cc -std=c11 -O1 -g -Wall -Wextra -Werror -I include "$p.c" -L "$out/lib" -lkvstore -ldl \
     -Wl,-rpath,'$ORIGIN/../lib' -o "$out/bin/$(basename "$p")"

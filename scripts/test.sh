@@ -50,6 +50,10 @@ scripts/standin-asan.sh
 # stand-in with scripts/cuda-standin.sh and puts it on its programs' LD_LIBRARY_PATH only):
 # ctests/gpu_diff.c identical to its CPU run on 1, 2 and 4 devices and with stream delays,
 # ctests/*.c on GPU arrays under ASan, fault injection, the steady push/pull trace.
+# scripts/test-gpu.sh, the script a lent GPU machine runs, runs unchanged on the stand-in with
+# 4 devices (compute-sanitizer skipped; gpubench for its values only).
+scripts/gpu-bundle.sh >/dev/null
+LD_LIBRARY_PATH="$(scripts/cuda-standin.sh | tail -1)" CUDA_STANDIN_DEVICES=4 bash .gpu-bundle/test-gpu.sh --bench
 # ---- end of the GPU block ----
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.
