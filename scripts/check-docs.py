@@ -127,12 +127,6 @@ def anchors(path):
     return found
 
 
-# Pages other branches write (the GPU backend, the CUDA stand-in, deterministic dist sums):
-# linked from here before they are merged. Once merged, delete this set: every link must
-# then resolve like any other.
-PENDING_PAGES = set()
-
-
 def broken_links(root=ROOT):
     """What does not resolve among the relative links of the pages under `root`."""
     pages = [root / "README.md", root / "CONTRIBUTING.md"] + sorted((root / "docs").glob("*.md"))
@@ -147,8 +141,6 @@ def broken_links(root=ROOT):
                 continue  # http(s), mailto: not checked here
             file_part, _, frag = target.partition("#")
             dest = page if not file_part else (page.parent / file_part).resolve()
-            if not dest.exists() and dest.relative_to(root).as_posix() in PENDING_PAGES:
-                continue
             if not dest.exists():
                 broken.append(f"{page.relative_to(root)}: {target} (no such file)")
             elif frag and dest.suffix == ".md" and frag not in anchors(dest):
