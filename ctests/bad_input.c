@@ -93,6 +93,19 @@ static void null_pointers(void) {
   FAILS(MXInitPSEnv(1, NULL, NULL), "keys is NULL");
   FAILS(MXGetVersion(NULL), "out is NULL");
   FAILS(MXGetGPUCount(NULL), "out is NULL");
+  const char *env_value = "unchanged";
+  FAILS(MXGetEnv(NULL, &env_value), "name is NULL");
+  FAILS(MXGetEnv("KVSTORE_BAD_INPUT_VAR", NULL), "value is NULL");
+  FAILS(MXSetEnv(NULL, "1"), "name is NULL");
+  FAILS(MXSetEnv("A=B", "1"), "invalid environment variable name 'A=B'");
+  FAILS(MXSetEnv("", "1"), "invalid environment variable name ''");
+  TRUE(strcmp(env_value, "unchanged") == 0);
+  CHECK(MXSetEnv("KVSTORE_BAD_INPUT_VAR", "7"));
+  CHECK(MXGetEnv("KVSTORE_BAD_INPUT_VAR", &env_value));
+  TRUE(env_value && strcmp(env_value, "7") == 0 && strcmp(getenv("KVSTORE_BAD_INPUT_VAR"), "7") == 0);
+  CHECK(MXSetEnv("KVSTORE_BAD_INPUT_VAR", NULL));
+  CHECK(MXGetEnv("KVSTORE_BAD_INPUT_VAR", &env_value));
+  TRUE(env_value == NULL && getenv("KVSTORE_BAD_INPUT_VAR") == NULL);
 
   FAILS(MXNDArrayCreateNone(NULL), "out is NULL");
   FAILS(MXNDArrayCreate(NULL, 1, DEV_CPU, 0, 0, &out), "shape is NULL");

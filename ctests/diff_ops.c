@@ -88,6 +88,18 @@ int main(void) {
     invoke(name, "_zeros", 0, NULL, NULL, 3, create_keys, create_vals);
     invoke(name, "_ones", 0, NULL, NULL, 3, create_keys, create_vals);
     invoke(name, "_full", 0, NULL, NULL, 4, create_keys, create_vals);
+    /* _arange (what mx.nd.arange calls): fractional steps, repeats, descending ranges,
+     * negative starts (wrapped by unsigned types), and a zero step (refused). */
+    const char *range_keys[] = {"start", "stop", "step", "repeat", "dtype"};
+    const char *range_cases[][5] = {{"1", "2", "0.3", "1", name},  {"3", "None", "1", "2", name},
+                                    {"5", "0", "-2", "1", name},   {"-2", "3", "1.5", "1", name},
+                                    {"0.5", "7", "0.7", "3", name}, {"0", "4", "0", "1", name}};
+    for (size_t i = 0; i < sizeof range_cases / sizeof range_cases[0]; i++) {
+      char label[64];
+      snprintf(label, sizeof label, "%s (%s, %s, %s, repeat %s)", name, range_cases[i][0], range_cases[i][1],
+               range_cases[i][2], range_cases[i][3]);
+      invoke(label, "_arange", 0, NULL, NULL, 5, range_keys, range_cases[i]);
+    }
 
     NDArrayHandle a = make(s23, 2, dt, A, 0), b = make(s23, 2, dt, B, 0);
     NDArrayHandle row = make(s13, 2, dt, ROW, 0), col = make(s21, 2, dt, COL, 0);

@@ -683,7 +683,12 @@ int MXGenBackendSubgraph(void *sym_handle,
                          void **ret_sym_handle);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetEnv").
+ The value of environment variable `name` in the C runtime, as `getenv` sees it: `*value`
+ is NULL when it is unset. MXNet's Python `environment()` helper reads and restores
+ variables through this pair, so a test can set `MXNET_KVSTORE_*` around a store's creation.
+
+ Ownership: `*value` is borrowed from the process environment; valid until the variable is
+ next set or unset.
  */
 int MXGetEnv(const char *name,
              const char **value);
@@ -2110,7 +2115,9 @@ int MXSetCalibTableToQuantizedSymbol(void *qsym_handle,
                                      void **ret_sym_handle);
 
 /*
- Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetEnv").
+ Sets environment variable `name` to `value`, or unsets it when `value` is NULL.
+
+ Ownership: both strings are copied.
  */
 int MXSetEnv(const char *name,
              const char *value);

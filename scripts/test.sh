@@ -54,6 +54,9 @@ scripts/standin-asan.sh
 # 4 devices (compute-sanitizer skipped; gpubench for its values only).
 scripts/gpu-bundle.sh >/dev/null
 LD_LIBRARY_PATH="$(scripts/cuda-standin.sh | tail -1)" CUDA_STANDIN_DEVICES=4 bash .gpu-bundle/test-gpu.sh --bench
+# MXNet's own GPU KVStore tests, unchanged, on the stand-in (read from an apache/mxnet git
+# directory when one is found: $MXNET_SOURCE or the fetch mirror; says so when there is none).
+tests/gpu/mxnet-gpu-tests.sh
 # ---- end of the GPU block ----
 # The kernels pick AVX2 loops at run time; run the unit tests and the differential C programs
 # again on the x86_64 baseline loops, which CPUs without AVX2 (or F16C) run.

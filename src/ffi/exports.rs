@@ -375,7 +375,7 @@ pub(crate) static SLOTS: [Slot; 294] = [
     Slot::new(super::stubs::MXFuncInvokeEx as *mut ()),
     Slot::new(super::stubs::MXGenAtomicSymbolFromSymbol as *mut ()),
     Slot::new(super::stubs::MXGenBackendSubgraph as *mut ()),
-    Slot::new(super::stubs::MXGetEnv as *mut ()),
+    Slot::new(super::runtime::MXGetEnv as *mut ()),
     Slot::new(super::stubs::MXGetFunction as *mut ()),
     Slot::new(super::runtime::MXGetGPUCount as *mut ()),
     Slot::new(super::runtime::MXGetGPUMemoryInformation as *mut ()),
@@ -529,7 +529,7 @@ pub(crate) static SLOTS: [Slot; 294] = [
     Slot::new(super::stubs::MXRtcFree as *mut ()),
     Slot::new(super::stubs::MXRtcPush as *mut ()),
     Slot::new(super::stubs::MXSetCalibTableToQuantizedSymbol as *mut ()),
-    Slot::new(super::stubs::MXSetEnv as *mut ()),
+    Slot::new(super::runtime::MXSetEnv as *mut ()),
     Slot::new(super::np_shape::MXSetIsNumpyShape as *mut ()),
     Slot::new(super::stubs::MXSetNumOMPThreads as *mut ()),
     Slot::new(super::profiler::MXSetProcessProfilerConfig as *mut ()),
@@ -1065,7 +1065,12 @@ pub extern "C" fn MXGenBackendSubgraph(sym_handle: *mut c_void, backend: *const 
     trampoline!(456)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXGetEnv").
+/// The value of environment variable `name` in the C runtime, as `getenv` sees it: `*value`
+/// is NULL when it is unset. MXNet's Python `environment()` helper reads and restores
+/// variables through this pair, so a test can set `MXNET_KVSTORE_*` around a store's creation.
+///
+/// Ownership: `*value` is borrowed from the process environment; valid until the variable is
+/// next set or unset.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXGetEnv(name: *const c_char, value: *mut *const c_char) -> c_int {
@@ -2349,7 +2354,9 @@ pub extern "C" fn MXSetCalibTableToQuantizedSymbol(qsym_handle: *mut c_void, num
     trampoline!(1688)
 }
 
-/// Not supported by libkvstore: answers -1 ("not supported by libkvstore: MXSetEnv").
+/// Sets environment variable `name` to `value`, or unsets it when `value` is NULL.
+///
+/// Ownership: both strings are copied.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn MXSetEnv(name: *const c_char, value: *const c_char) -> c_int {

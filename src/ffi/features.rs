@@ -55,13 +55,15 @@ pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *m
     })
 }
 
-/// Seeds the random generators. libkvstore has no random ops, so there is nothing to seed;
-/// the call succeeds so that frontends' test fixtures can call it.
+/// Seeds the random ops (`_random_normal`): after the same seed the same ops draw the same
+/// values. They are libkvstore's own samples, not MXNet's bits.
 ///
 /// Ownership: none.
 pub extern "C" fn MXRandomSeed(seed: c_int) -> c_int {
-    let _ = seed;
-    ffi_boundary!({ Ok(()) })
+    ffi_boundary!({
+        crate::ops::seed_random(seed);
+        Ok(())
+    })
 }
 
 /// The data iterators MXNet 1.9 registers and the Python frontend imports by name.

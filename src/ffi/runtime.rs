@@ -41,6 +41,46 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
     })
 }
 
+/// The value of environment variable `name` in the C runtime, as `getenv` sees it: `*value`
+/// is NULL when it is unset. MXNet's Python `environment()` helper reads and restores
+/// variables through this pair, so a test can set `MXNET_KVSTORE_*` around a store's creation.
+///
+/// Ownership: `*value` is borrowed from the process environment; valid until the variable is
+/// next set or unset.
+pub extern "C" fn MXGetEnv(name: *const c_char, value: *mut *const c_char) -> c_int {
+    ffi_boundary!({
+        let name = env_name(name)?;
+        let value = Out::new(value, "value")?;
+        let name = std::ffi::CString::new(name).map_err(|_| crate::Error::new("name contains a NUL byte"))?;
+        // SAFETY: `name` is a NUL-terminated string; getenv returns NULL or a pointer into the
+        // environment, handed out as MXNet does, with the same lifetime rule.
+        value.write(unsafe { libc::getenv(name.as_ptr()) });
+        Ok(())
+    })
+}
+
+/// Sets environment variable `name` to `value`, or unsets it when `value` is NULL.
+///
+/// Ownership: both strings are copied.
+pub extern "C" fn MXSetEnv(name: *const c_char, value: *const c_char) -> c_int {
+    ffi_boundary!({
+        let name = env_name(name)?;
+        if value.is_null() {
+            std::env::remove_var(name);
+        } else {
+            std::env::set_var(name, super::args::string(value, "value")?);
+        }
+        Ok(())
+    })
+}
+
+/// A variable name `setenv` accepts: not empty, no `=` (and no NUL, by construction).
+fn env_name<'a>(name: *const c_char) -> Result<&'a str> {
+    let name = super::args::string(name, "name")?;
+    crate::ensure!(!name.is_empty() && !name.contains('='), "invalid environment variable name '{name}'");
+    Ok(name)
+}
+
 /// The number of usable GPUs: 0 without a CUDA driver (12.0 or newer) or device. A forked
 /// child of a process that initialised CUDA gets -1: CUDA cannot be used there.
 ///

@@ -201,10 +201,6 @@ pub(crate) extern "C" fn MXGenBackendSubgraph() -> c_int {
     ffi_boundary!({ unsupported("MXGenBackendSubgraph") })
 }
 
-pub(crate) extern "C" fn MXGetEnv() -> c_int {
-    ffi_boundary!({ unsupported("MXGetEnv") })
-}
-
 pub(crate) extern "C" fn MXGetFunction() -> c_int {
     ffi_boundary!({ unsupported("MXGetFunction") })
 }
@@ -483,10 +479,6 @@ pub(crate) extern "C" fn MXRtcPush() -> c_int {
 
 pub(crate) extern "C" fn MXSetCalibTableToQuantizedSymbol() -> c_int {
     ffi_boundary!({ unsupported("MXSetCalibTableToQuantizedSymbol") })
-}
-
-pub(crate) extern "C" fn MXSetEnv() -> c_int {
-    ffi_boundary!({ unsupported("MXSetEnv") })
 }
 
 pub(crate) extern "C" fn MXSetNumOMPThreads() -> c_int {

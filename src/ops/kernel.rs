@@ -32,6 +32,10 @@ pub enum Kernel {
     SliceAssign,
     /// `_slice_assign_scalar`: a strided box of the input set to `scalar`.
     SliceAssignScalar,
+    /// `_arange`: an evenly spaced range.
+    Arange,
+    /// `_random_normal`: normal samples.
+    RandomNormal,
 }
 
 impl Kernel {
@@ -63,6 +67,8 @@ impl Kernel {
             "sum" => Kernel::Sum,
             "_slice_assign" => Kernel::SliceAssign,
             "_slice_assign_scalar" => Kernel::SliceAssignScalar,
+            "_arange" => Kernel::Arange,
+            "_random_normal" => Kernel::RandomNormal,
             _ => return None,
         })
     }
@@ -70,7 +76,7 @@ impl Kernel {
     /// How many array inputs the op takes.
     pub fn num_inputs(self) -> usize {
         match self {
-            Kernel::Fill(_) | Kernel::SetValue => 0,
+            Kernel::Fill(_) | Kernel::SetValue | Kernel::Arange | Kernel::RandomNormal => 0,
             Kernel::Elemwise(_) | Kernel::Broadcast(_) | Kernel::SliceAssign => 2,
             _ => 1,
         }
@@ -122,6 +128,8 @@ impl Kernel {
             Kernel::Sum => Output::dense(super::sum::sum(&inputs[0], params)?),
             Kernel::SliceAssign => Output::dense(super::slice_assign::slice_assign(&inputs[0], &inputs[1], params, name)?),
             Kernel::SliceAssignScalar => Output::dense(super::slice_assign::slice_assign_scalar(&inputs[0], params, name)?),
+            Kernel::Arange => Output::dense(super::creation::arange(params, name)?),
+            Kernel::RandomNormal => Output::dense(super::creation::random_normal(params, target, name)?),
         };
         Ok(vec![out])
     }

@@ -6,6 +6,7 @@
 
 mod arith;
 mod catalog;
+mod creation;
 mod info;
 mod kernel;
 mod params;
@@ -14,6 +15,7 @@ mod slice_assign;
 mod sum;
 mod values;
 
+pub use creation::seed_random;
 pub use info::{ArgInfo, OpInfo};
 pub use registry::{all_names, all_ops, lookup, OpRef};
 
