@@ -11,7 +11,9 @@
 //! blocking the caller ([`queue`], [`completion`]); synchronous copies for the C API's
 //! `SyncCopy*` ([`transfer`]); the kernels ([`kernels`], sources in `kernels/`) and the
 //! host-side planning of their launches ([`launch`], [`fused`], [`placement`]); the kernels
-//! loaded per device at first launch (`module`) and the launches of sums and fills ([`sums`]).
+//! loaded per device at first launch (`module`) and the launches of sums and fills ([`sums`]);
+//! the queued work's copies and launches timed by GPU events for the profiler's trace
+//! (`timing`, only while the profiler records).
 //! Nothing here knows arrays: `ndarray` holds [`memory`]'s types, the GPU backend
 //! (`backend::gpu`) turns the store's jobs into [`queue::Queue`]s.
 
@@ -28,6 +30,7 @@ pub mod placement;
 pub mod queue;
 pub mod staging;
 pub mod sums;
+mod timing;
 pub mod transfer;
 
 pub use memory::{DeviceMemory, DevicePtr, HostPtr, PinnedMemory};

@@ -7,6 +7,8 @@ use super::completion::Completion;
 use super::device::{device, Device, Lane};
 use super::driver::{runtime, Api, Handle};
 use super::memory::{DevicePtr, HostPtr};
+use super::timing::{self, Timed};
+use crate::profiler::{Arg, Args};
 use std::ffi::c_void;
 
 /// One side of a copy.
@@ -25,6 +27,8 @@ pub struct Queue {
     error: Option<String>,
     /// What the enqueued work reads besides the op's arrays (staged tables), kept until done.
     held: Vec<Box<dyn Send>>,
+    /// The items timed for the profiler, reported when the work has finished.
+    timed: Vec<Timed>,
 }
 
 impl Queue {
@@ -45,18 +49,38 @@ impl Queue {
 
     /// Runs `f` on `ordinal`'s `lane` stream with its context current, unless failed.
     pub(crate) fn on(&mut self, ordinal: i32, lane: Lane, f: impl FnOnce(&Api, Handle) -> Result<(), String>) {
+        self.on_item(ordinal, lane, None::<fn() -> (String, Args)>, f)
+    }
+
+    /// [`Queue::on`] for work the profiler shows (a copy, memset or launch): while it records
+    /// GPU work, `f`'s call goes between two timing events and `label` names it (see
+    /// [`super::timing`]). Other enqueues (scratch, waits) also take the stream's lock then, so
+    /// that nothing lands between an item's events.
+    fn on_item(
+        &mut self,
+        ordinal: i32,
+        lane: Lane,
+        label: Option<impl FnOnce() -> (String, Args)>,
+        f: impl FnOnce(&Api, Handle) -> Result<(), String>,
+    ) {
         if self.error.is_some() {
             return;
         }
+        let recording = if crate::profiler::gpu_enabled() { timing::begin(ordinal, lane) } else { None };
         let result = device(ordinal).and_then(|dev: &Device| {
             let stream = dev.stream(lane);
-            runtime()?.with_context(ordinal, |api| f(api, stream))
+            runtime()?.with_context(ordinal, |api| match (recording, label) {
+                (Some(recording), Some(label)) => timing::around(recording, ordinal, lane, api, stream, label, f),
+                // Without a label, the stream's lock (if any) is held across the call.
+                (_recording, _) => f(api, stream).map(|()| None),
+            })
         });
         match result {
-            Ok(()) => {
+            Ok(timed) => {
                 if !self.used.contains(&(ordinal, lane)) {
                     self.used.push((ordinal, lane));
                 }
+                self.timed.extend(timed);
             }
             Err(e) => self.error = Some(e),
         }
@@ -88,7 +112,7 @@ impl Queue {
             return;
         };
         match (dst, src) {
-            (Place::Device(d), Place::Device(s)) if d.ordinal == s.ordinal => self.on(d.ordinal, Lane::Compute, |api, stream| {
+            (Place::Device(d), Place::Device(s)) if d.ordinal == s.ordinal => self.on_item(d.ordinal, Lane::Compute, copy_label("copy DtoD", dst, src, bytes), |api, stream| {
                 // SAFETY: device ranges of live allocations (held by the op); async on the stream.
                 rt.check(d.ordinal, "cuMemcpyDtoDAsync", unsafe { (api.memcpy_dtod_async)(d.addr, s.addr, bytes, stream) })
             }),
@@ -97,18 +121,18 @@ impl Queue {
                     (Ok(a), Ok(b)) => (a, b),
                     (Err(e), _) | (_, Err(e)) => return self.fail(e),
                 };
-                self.on(d.ordinal, Lane::Compute, |api, stream| {
+                self.on_item(d.ordinal, Lane::Compute, copy_label("copy DtoD peer", dst, src, bytes), |api, stream| {
                     // SAFETY: as above, each address in its own device's context.
                     rt.check(d.ordinal, "cuMemcpyPeerAsync", unsafe {
                         (api.memcpy_peer_async)(d.addr, dctx, s.addr, sctx, bytes, stream)
                     })
                 })
             }
-            (Place::Device(d), Place::Host(h)) => self.on(d.ordinal, lane.unwrap_or(Lane::HostToDevice), |api, stream| {
+            (Place::Device(d), Place::Host(h)) => self.on_item(d.ordinal, lane.unwrap_or(Lane::HostToDevice), copy_label("copy HtoD", dst, src, bytes), |api, stream| {
                 // SAFETY: pinned host memory kept alive by the op until the event fired.
                 rt.check(d.ordinal, "cuMemcpyHtoDAsync", unsafe { (api.memcpy_htod_async)(d.addr, h.as_ptr(), bytes, stream) })
             }),
-            (Place::Host(h), Place::Device(s)) => self.on(s.ordinal, lane.unwrap_or(Lane::DeviceToHost), |api, stream| {
+            (Place::Host(h), Place::Device(s)) => self.on_item(s.ordinal, lane.unwrap_or(Lane::DeviceToHost), copy_label("copy DtoH", dst, src, bytes), |api, stream| {
                 // SAFETY: as above.
                 rt.check(s.ordinal, "cuMemcpyDtoHAsync", unsafe { (api.memcpy_dtoh_async)(h.as_ptr(), s.addr, bytes, stream) })
             }),
@@ -122,7 +146,8 @@ impl Queue {
             return;
         }
         let Ok(rt) = runtime() else { return self.fail("the CUDA driver is not usable".into()) };
-        self.on(dst.ordinal, Lane::Compute, |api, stream| {
+        let label = || ("memset".to_string(), vec![("bytes", Arg::Int(bytes as i64)), ("to", Arg::Text(format!("gpu({})", dst.ordinal)))]);
+        self.on_item(dst.ordinal, Lane::Compute, Some(label), |api, stream| {
             // SAFETY: a device range of a live allocation held by the op.
             rt.check(dst.ordinal, "cuMemsetD8Async", unsafe { (api.memset_d8_async)(dst.addr, value, bytes, stream) })
         })
@@ -134,7 +159,9 @@ impl Queue {
             return;
         }
         let Ok(rt) = runtime() else { return self.fail("the CUDA driver is not usable".into()) };
-        self.on(dst.ordinal, Lane::Compute, |api, stream| {
+        let bytes = count.saturating_mul(4);
+        let label = || ("memset".to_string(), vec![("bytes", Arg::Int(bytes as i64)), ("to", Arg::Text(format!("gpu({})", dst.ordinal)))]);
+        self.on_item(dst.ordinal, Lane::Compute, Some(label), |api, stream| {
             // SAFETY: as `fill_bytes`.
             rt.check(dst.ordinal, "cuMemsetD32Async", unsafe { (api.memset_d32_async)(dst.addr, value, count, stream) })
         })
@@ -192,7 +219,8 @@ impl Queue {
 
     /// Launches kernel `name` on `ordinal`'s compute stream: `grid` blocks of `block` threads,
     /// `params` pointing at each argument's value (as `cuLaunchKernel`'s kernelParams).
-    pub(crate) fn launch(&mut self, ordinal: i32, name: &str, grid: u32, block: u32, params: &mut [*mut c_void]) {
+    /// `output` is what the profiler shows of it: the bytes and elements of what it writes.
+    pub(crate) fn launch(&mut self, ordinal: i32, name: &str, grid: u32, block: u32, params: &mut [*mut c_void], output: Output) {
         if self.error.is_some() {
             return;
         }
@@ -200,7 +228,16 @@ impl Queue {
             (Ok(rt), Ok(f)) => (rt, f),
             (Err(e), _) | (_, Err(e)) => return self.fail(e),
         };
-        self.on(ordinal, Lane::Compute, |api, stream| {
+        let label = || {
+            let args = vec![
+                ("bytes", Arg::Int(output.bytes as i64)),
+                ("elements", Arg::Int(output.elements as i64)),
+                ("grid", Arg::Int(i64::from(grid.max(1)))),
+                ("block", Arg::Int(i64::from(block))),
+            ];
+            (format!("kernel {name}"), args)
+        };
+        self.on_item(ordinal, Lane::Compute, Some(label), |api, stream| {
             // SAFETY: `params` holds one pointer per parameter of `name`, each to a value of the
             // parameter's type, alive for the call (the driver copies them).
             rt.check(ordinal, &format!("cuLaunchKernel({name})"), unsafe {
@@ -213,7 +250,16 @@ impl Queue {
     /// or the driver's when the work failed), on the completion thread, then drops
     /// `keep_alive`. Never blocks; with nothing enqueued, `then` runs now.
     pub fn finish(self, then: Completion, keep_alive: Box<dyn Send>) {
-        let Queue { used, error, held } = self;
+        let Queue { used, error, held, timed } = self;
+        let then: Completion = if timed.is_empty() {
+            then
+        } else {
+            // Reported before the op completes, so that a dump after a wait has them.
+            Box::new(move |outcome| {
+                timing::report(timed);
+                then(outcome)
+            })
+        };
         let keep_alive: Box<dyn Send> = Box::new((keep_alive, held));
         if used.is_empty() {
             then(error.map_or(Ok(()), Err));
@@ -249,6 +295,29 @@ impl Queue {
         self.finish(Box::new(move |r| { let _ = tx.send(r); }), Box::new(()));
         rx.recv().unwrap_or_else(|_| Err("the GPU completion thread stopped".into()))
     }
+}
+
+/// What a launch writes, as the profiler shows it (`bytes`, `elements` of its span).
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// Bytes of the array(s) the kernel writes.
+    pub bytes: usize,
+    /// Elements of the array(s) the kernel writes.
+    pub elements: u64,
+}
+
+fn place_name(p: Place) -> String {
+    match p {
+        Place::Device(d) => format!("gpu({})", d.ordinal),
+        Place::Host(_) => "cpu_pinned(0)".to_string(),
+    }
+}
+
+/// A copy's name and arguments in the profiler's trace.
+fn copy_label(name: &'static str, dst: Place, src: Place, bytes: usize) -> Option<impl FnOnce() -> (String, Args)> {
+    Some(move || {
+        (name.to_string(), vec![("bytes", Arg::Int(bytes as i64)), ("from", Arg::Text(place_name(src))), ("to", Arg::Text(place_name(dst)))])
+    })
 }
 
 /// Waits on the calling thread for the streams (a fallback when events cannot be recorded).

@@ -6,7 +6,7 @@
 use super::fused::{pack, SmallKey};
 use super::launch::{grid_blocks, sum_launches, MAX_SOURCES};
 use super::memory::{DevicePtr, PinnedMemory};
-use super::queue::{Place, Queue};
+use super::queue::{Output, Place, Queue};
 use crate::base::DType;
 use crate::reduce::SumOrder;
 use std::ffi::c_void;
@@ -47,7 +47,7 @@ pub fn sum(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: DTy
             (&mut ord as *mut u32).cast(),
             (&mut acc as *mut u32).cast(),
         ];
-        q.launch(dst.ordinal, &name, grid, THREADS, &mut params);
+        q.launch(dst.ordinal, &name, grid, THREADS, &mut params, Output { bytes: n as usize * dtype.size(), elements: n });
     }
 }
 
@@ -72,7 +72,11 @@ pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey]) {
     let mut params: [*mut c_void; 3] =
         [(&mut t as *mut u64).cast(), (&mut n_desc as *mut u32).cast(), (&mut per_block as *mut u32).cast()];
     let blocks = u32::try_from(table.n_blocks).unwrap_or(u32::MAX);
-    q.launch(ordinal, "fused_sum", blocks, THREADS, &mut params);
+    let output = Output {
+        bytes: keys.iter().map(|k| k.n as usize * k.dtype.size()).sum(),
+        elements: keys.iter().map(|k| k.n).sum(),
+    };
+    q.launch(ordinal, "fused_sum", blocks, THREADS, &mut params, output);
     q.free_temp(device_table);
 }
 
@@ -87,7 +91,7 @@ pub fn fill(q: &mut Queue, dst: DevicePtr, dtype: DType, value: [u8; 8], n: u64)
     let (mut d, mut v, mut elems) = (dst.addr, value, n);
     let mut params: [*mut c_void; 3] = [(&mut d as *mut u64).cast(), v.as_mut_ptr().cast(), (&mut elems as *mut u64).cast()];
     let grid = grid_blocks(n, THREADS, sms(dst.ordinal));
-    q.launch(dst.ordinal, &format!("fill_{}", dtype.name()), grid, THREADS, &mut params);
+    q.launch(dst.ordinal, &format!("fill_{}", dtype.name()), grid, THREADS, &mut params, Output { bytes: n as usize * dtype.size(), elements: n });
 }
 
 /// Gradient compression's two steps on one device (`kernels/compress.cu`): 2-bit (MXNet 1.9)
@@ -107,7 +111,9 @@ pub fn quantize(q: &mut Queue, one_bit: bool, packed: DevicePtr, packed_len: u64
         (&mut t as *mut f32).cast(),
     ];
     let name = if one_bit { "quantize_1bit" } else { "quantize_2bit" };
-    q.launch(packed.ordinal, name, grid_blocks(packed_len, THREADS, sms(packed.ordinal)), THREADS, &mut params);
+    // Its output as shown: the codes (the residual is updated in place too).
+    let output = Output { bytes: packed_len as usize, elements: n };
+    q.launch(packed.ordinal, name, grid_blocks(packed_len, THREADS, sms(packed.ordinal)), THREADS, &mut params, output);
 }
 
 /// The values `packed` codes for, written to `out` or (with `accumulate`) added to it.
@@ -117,10 +123,11 @@ pub fn dequantize(q: &mut Queue, one_bit: bool, out: DevicePtr, packed: DevicePt
     }
     let (mut o, mut p, mut elems, mut t, mut acc) = (out.addr, packed.addr, n, threshold, accumulate as u32);
     let grid = grid_blocks(n, THREADS, sms(out.ordinal));
+    let output = Output { bytes: n as usize * 4, elements: n };
     if one_bit {
         let mut params: [*mut c_void; 4] =
             [(&mut o as *mut u64).cast(), (&mut p as *mut u64).cast(), (&mut elems as *mut u64).cast(), (&mut acc as *mut u32).cast()];
-        q.launch(out.ordinal, "dequantize_1bit", grid, THREADS, &mut params);
+        q.launch(out.ordinal, "dequantize_1bit", grid, THREADS, &mut params, output);
     } else {
         let mut params: [*mut c_void; 5] = [
             (&mut o as *mut u64).cast(),
@@ -129,6 +136,6 @@ pub fn dequantize(q: &mut Queue, one_bit: bool, out: DevicePtr, packed: DevicePt
             (&mut t as *mut f32).cast(),
             (&mut acc as *mut u32).cast(),
         ];
-        q.launch(out.ordinal, "dequantize_2bit", grid, THREADS, &mut params);
+        q.launch(out.ordinal, "dequantize_2bit", grid, THREADS, &mut params, output);
     }
 }

@@ -20,7 +20,8 @@ use aggregate::{Aggregate, SortBy};
 use config::{Config, Process};
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
-use record::{now_us, thread, Kind, Record};
+pub use record::now_us;
+use record::{thread, Kind, Record};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -130,6 +131,36 @@ where
         let _span = args.map(|args| Span(Some(Box::new(Open { class: Class::Op, name, start: now_us(), tid: thread(), args }))));
         work(env)
     }
+}
+
+/// Whether GPU work is recorded: while engine ops are (`profile_imperative`,
+/// `profile_symbolic`, `profile_all`), running and not paused. The check in front of every
+/// GPU enqueue: one relaxed atomic load and a branch.
+#[inline]
+pub fn gpu_enabled() -> bool {
+    active(OPS)
+}
+
+/// The trace row (`tid`) named `name`, for work that does not run on a host thread (a GPU
+/// stream): the same number for the same name, a fresh one the first time.
+pub fn row(name: &str) -> u32 {
+    static ROWS: Lazy<Mutex<BTreeMap<String, u32>>> = Lazy::new(|| Mutex::new(BTreeMap::new()));
+    let mut rows = ROWS.lock();
+    if let Some(&tid) = rows.get(name) {
+        return tid;
+    }
+    let tid = record::next_tid();
+    rows.insert(name.to_string(), tid);
+    name_thread(tid, name.to_string());
+    tid
+}
+
+/// Records work measured elsewhere than on a host thread (GPU work, timed by GPU events):
+/// `name` ran from `start` to `end` (µs, the profiler's clock, see [`now_us`]) on `row` (see
+/// [`row`]), in `category` (one process of the trace, e.g. a device's `gpu/0`). Recorded
+/// whatever the profiler's state now: the caller checked [`gpu_enabled`] when the work began.
+pub fn record_span(category: String, row: u32, name: String, start: f64, end: f64, args: Args) {
+    push(Record { name: Cow::Owned(name), cat: Cow::Owned(category), kind: Kind::Duration { start, end }, tid: row, args });
 }
 
 /// The profiler's state (the records live apart, so recording does not wait on a dump).

@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Microseconds since the Unix epoch (as MXNet's timestamps), read from a monotonic clock
 /// anchored once, with nanosecond resolution: spans of a few microseconds keep their order.
-pub(crate) fn now_us() -> f64 {
+pub fn now_us() -> f64 {
     static ANCHOR: Lazy<(Instant, f64)> = Lazy::new(|| {
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1e6).unwrap_or(0.0);
         (Instant::now(), wall.floor())
@@ -17,13 +17,18 @@ pub(crate) fn now_us() -> f64 {
     ANCHOR.1 + ANCHOR.0.elapsed().as_nanos() as f64 / 1e3
 }
 
+/// A fresh small number for a trace row (`tid`): threads' and GPU streams' rows share them.
+pub(crate) fn next_tid() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// A small per-thread number for the trace's `tid`, and the thread's name the first time.
 pub(crate) fn thread() -> u32 {
-    static NEXT: AtomicU32 = AtomicU32::new(1);
     thread_local!(static ID: Cell<u32> = const { Cell::new(0) });
     ID.with(|id| {
         if id.get() == 0 {
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let n = next_tid();
             id.set(n);
             let name = std::thread::current().name().map_or_else(|| format!("caller thread {n}"), str::to_string);
             super::name_thread(n, name);

@@ -85,3 +85,30 @@ fn user_objects_record_while_running() {
     assert!(json.contains("\"name\": \"here\", \"cat\": \"my domain,instant_marker\", \"ph\": \"i\"") && json.contains("\"s\": \"t\""), "{json}");
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn device_rows_are_named_processes_of_their_own_and_gated_with_ops() {
+    let _turn = TURN.lock();
+    let path = std::env::temp_dir().join(format!("kvstore-profiler-device-{}.json", std::process::id()));
+    configure(&[("filename", path.to_str().unwrap()), ("profile_imperative", "False"), ("profile_symbolic", "False")]).unwrap();
+    set_state(1, 0).unwrap();
+    assert!(enabled() && !gpu_enabled(), "GPU work is recorded with engine ops only");
+    configure(&[("filename", path.to_str().unwrap()), ("profile_all", "True")]).unwrap();
+    assert!(gpu_enabled());
+    let row0 = row("gpu(0) stream 0 (compute)");
+    assert_eq!(row("gpu(0) stream 0 (compute)"), row0, "one row per name");
+    assert_ne!(row("gpu(0) stream 1 (host to device)"), row0);
+    let t = now_us();
+    record_span("gpu/0".into(), row0, "kernel sum_float32".into(), t, t + 5.0, vec![("bytes", Arg::Int(400))]);
+    pause(true, 0).unwrap();
+    assert!(!gpu_enabled(), "paused");
+    set_state(0, 0).unwrap();
+    assert!(!gpu_enabled(), "stopped");
+    dump(true, 0).unwrap();
+    let json = std::fs::read_to_string(&path).unwrap();
+    assert!(json.contains("\"args\": {\"name\": \"gpu/0\"}"), "{json}");
+    assert!(json.contains(&format!("\"tid\": {row0}, \"args\": {{\"name\": \"gpu(0) stream 0 (compute)\"}}")), "{json}");
+    assert!(json.contains(&format!("\"name\": \"kernel sum_float32\", \"cat\": \"gpu/0\", \"ph\": \"B\", \"ts\": {t:.3}")), "{json}");
+    assert!(json.contains("\"args\": {\"bytes\": 400}"), "{json}");
+    let _ = std::fs::remove_file(&path);
+}

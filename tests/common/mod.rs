@@ -1,6 +1,8 @@
 //! What the integration tests share: the project root, and libkvstore.so built for the
 //! test run's profile.
 
+pub mod standin;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -63,8 +63,9 @@ fn run(batch: Arc<Vec<CompressedSumJob>>, done: OpDone) {
     }
     q.finish(
         Box::new(move |r| {
-            done.finish(r.map_err(Error::new));
+            // Recorded before the op completes, so that a dump after a wait has it.
             drop(span);
+            done.finish(r.map_err(Error::new));
         }),
         Box::new(batch),
     );

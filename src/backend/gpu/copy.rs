@@ -46,8 +46,9 @@ fn run_copies(pairs: Vec<(NDArray, NDArray)>, env: &OpEnv, done: OpDone) {
     q.finish(
         Box::new(move |outcome| {
             let landed = outcome.map_err(Error::new).and_then(|()| land(&landings));
-            done.finish(landed);
+            // Recorded before the op completes, so that a dump after a wait has it.
             drop(span);
+            done.finish(landed);
         }),
         Box::new(pairs),
     );

@@ -88,8 +88,9 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
     }
     q.finish(
         Box::new(move |r| {
-            done.finish(r.map_err(Error::new));
+            // Recorded before the op completes, so that a dump after a wait has it.
             drop(span);
+            done.finish(r.map_err(Error::new));
         }),
         Box::new((values, batch)),
     );
