@@ -1,6 +1,6 @@
 /* What libkvstore answers on a machine without a usable CUDA device: MXGetGPUCount 0, the
  * GPU memory queries and gpu(i) arrays -1 with a clear message, the CUDA feature off, the
- * `nccl` store refused -- and nothing printed to stderr (the cargo wrapper checks that).
+ * `nccl` store refused at its creation with the reason -- and nothing printed to stderr (the cargo wrapper checks that).
  * On a machine with a GPU it prints a skip line and exits 0: test-gpu.sh covers that case. */
 #include "common.h"
 #include <stdbool.h>
@@ -52,7 +52,12 @@ int main(void) {
   printf("MXLibInfoFeatures: CUDA off\n");
 
   KVStoreHandle kv = NULL;
-  expect_error_containing(MXKVStoreCreate("nccl", &kv), "MXKVStoreCreate(nccl)", "CUDA");
+  expect_error_containing(MXKVStoreCreate("nccl", &kv), "MXKVStoreCreate(nccl)", "'nccl' store sums on CUDA GPUs, and this process has none: no usable CUDA device");
+  EXPECT(kv == NULL);
+  expect_error_containing(MXKVStoreCreate("Local_NCCL", &kv), "MXKVStoreCreate(Local_NCCL)", "'local_nccl' store sums on CUDA GPUs");
+  /* NCCL is a feature only with a usable GPU. */
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(f[i].name, "NCCL") == 0) EXPECT(!f[i].enabled);
 
   /* A forked child answers the same, and so does the parent afterwards: no hang, no output. */
   pid_t pid = fork();

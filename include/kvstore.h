@@ -856,8 +856,11 @@ int MXKVStoreBroadcastEx(void *handle,
 
  Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
  reduces as MXNet's `device` store; other non-distributed names (`local`, unknown names)
- make a `local` store. Names containing `dist` join the MPI job (started by `mpirun`) in
- the role `DMLC_ROLE` names; `_async` in the name makes servers apply each push at once.
+ make a `local` store. Names containing `nccl` (and not `dist`) make an `nccl` store: dense
+ arrays only, several values of a key on distinct GPUs, one set of GPUs (docs/gpu.md); it
+ needs a usable CUDA device and is refused (-1) without one. Names containing `dist` join
+ the MPI job (started by `mpirun`) in the role `DMLC_ROLE` names; `_async` in the name makes
+ servers apply each push at once.
  Returns: 0, and the new handle in `*out`.
  Ownership: the caller frees the store with `MXKVStoreFree`.
  */
@@ -1105,9 +1108,9 @@ int MXKVStoreSetBarrierBeforeExit(void *handle,
                                   int barrier_before_exit);
 
 /*
- Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), `threshold`
- > 0 (default 0.5). `device` stores apply it to every later push; `local` stores accept and
- ignore it, as MXNet does.
+ Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), and a
+ `threshold` above 0 (default 0.5). `device` stores apply it to every later push; `local`
+ stores accept and ignore it, as MXNet does; `nccl` stores refuse it (-1).
 
  Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
  type, a threshold ≤ 0 or an unknown key. Ownership: the strings are copied.
@@ -1141,7 +1144,7 @@ int MXKVStoreSetUpdaterEx(void *handle,
                           void *updater_handle);
 
 /*
- The library's features (MXNet's 32 names; all disabled but CUDA when a GPU is usable).
+ The library's features (MXNet's 32 names; all disabled but CUDA and NCCL when a GPU is usable).
 
  Ownership: the array belongs to the library and lives for the process.
  */
@@ -1921,8 +1924,8 @@ int MXQuantizeSymbol(void *sym_handle,
                      const char ***out_calib_names);
 
 /*
- Seeds the random generators. libkvstore has no random ops, so there is nothing to seed;
- the call succeeds so that frontends' test fixtures can call it.
+ Seeds the random ops (`_random_normal`): after the same seed the same ops draw the same
+ values. They are libkvstore's own samples, not MXNet's bits.
 
  Ownership: none.
  */

@@ -7,6 +7,9 @@
 //! - C programs of `ctests/` rebuilt with `-DDEV_CPU=2` (every array on a GPU), under
 //!   AddressSanitizer: output identical to their CPU build's (MXNet's refusal of a cast
 //!   across devices aside); the stand-in's device pointers fault on any host read;
+//! - `ctests/gpu_nccl.c` on 1, 2 and 4 devices: the `nccl` store's results equal the `device`
+//!   store's bit for bit, its sums land on the device set's root, and each of its refusals
+//!   answers -1 with its message and leaves the store as it was;
 //! - faults (`CUDA_STANDIN_FAIL`): out of device memory at the call (a create) or at the next
 //!   wait (an op's scratch), a faulting kernel or copy reported at the next wait on what it
 //!   wrote, other work intact;
@@ -73,6 +76,34 @@ fn gpu_diff_with_stream_delays_is_identical_to_its_cpu_run() {
     let gpu = run(&exe, &["gpu", "--small"], 2, &[("CUDA_STANDIN_DELAY_US", "30")]);
     assert_ok("gpu_diff gpu --small with delays", &gpu);
     assert_same_lines("gpu_diff --small with CUDA_STANDIN_DELAY_US=30", &text(&cpu), &text(&gpu));
+}
+
+#[test]
+fn nccl_store_matches_the_device_store_and_refuses_what_mxnet_refuses_on_1_2_and_4_devices() {
+    let exe = build("gpu_nccl", "kv", &[]);
+    for devices in [1, 2, 4] {
+        let out = run(&exe, &[], devices, &[]);
+        assert_ok(&format!("gpu_nccl on {devices} devices"), &out);
+        assert!(out.stderr.is_empty(), "gpu_nccl printed to stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = text(&out);
+        // Every dtype, one to `devices` values per key, three rounds of three keys and a
+        // broadcast: the count of arrays compared shows the differential ran in full.
+        let want: usize = (1..=devices).map(|nv| 3 * (3 * nv + if nv == 1 { 3 } else { 0 }) + 2 * nv).sum::<usize>() * 6;
+        assert!(
+            stdout.contains(&format!("gpu_nccl: ok ({devices} devices, {want} arrays compared)")),
+            "gpu_nccl on {devices} devices:\n{stdout}"
+        );
+        let refusals = stdout.lines().filter(|l| l.starts_with("refused ")).count();
+        // Nine on any count, one more on a single GPU; eight more with a device set to
+        // break (two GPUs), two more with GPUs outside it (four).
+        let expected = match devices {
+            1 => 10,
+            2 => 17,
+            _ => 19,
+        };
+        assert_eq!(refusals, expected, "gpu_nccl on {devices} devices: refusals\n{stdout}");
+        assert_eq!(stdout.contains("root: every sum on gpu(0)"), devices > 1, "{stdout}");
+    }
 }
 
 fn assert_same_lines(what: &str, cpu: &str, gpu: &str) {

@@ -118,6 +118,11 @@ impl BackendKind {
     }
 }
 
+/// The number of usable GPUs, or why there is none (for stores that need GPUs: `nccl`).
+pub fn require_gpus() -> Result<i32> {
+    crate::gpu::require_some_device()
+}
+
 /// `arrays` as host code can read them: GPU arrays replaced by pinned copies scheduled now.
 pub fn host_readable(arrays: Vec<NDArray>, priority: i32) -> Result<Vec<NDArray>> {
     gpu::host_readable(arrays, priority)

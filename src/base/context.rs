@@ -51,6 +51,11 @@ impl Context {
     pub const fn cpu_pinned(dev_id: i32) -> Context {
         Context { dev_type: DeviceType::CpuPinned, dev_id }
     }
+
+    /// `gpu(id)` (whether the device exists is checked where arrays are made).
+    pub const fn gpu(dev_id: i32) -> Context {
+        Context { dev_type: DeviceType::Gpu, dev_id }
+    }
 }
 
 impl fmt::Display for Context {

@@ -1224,8 +1224,11 @@ pub extern "C" fn MXKVStoreBroadcastEx(handle: *mut c_void, vnum: u32, vkeys: *m
 ///
 /// Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
 /// reduces as MXNet's `device` store; other non-distributed names (`local`, unknown names)
-/// make a `local` store. Names containing `dist` join the MPI job (started by `mpirun`) in
-/// the role `DMLC_ROLE` names; `_async` in the name makes servers apply each push at once.
+/// make a `local` store. Names containing `nccl` (and not `dist`) make an `nccl` store: dense
+/// arrays only, several values of a key on distinct GPUs, one set of GPUs (docs/gpu.md); it
+/// needs a usable CUDA device and is refused (-1) without one. Names containing `dist` join
+/// the MPI job (started by `mpirun`) in the role `DMLC_ROLE` names; `_async` in the name makes
+/// servers apply each push at once.
 /// Returns: 0, and the new handle in `*out`.
 /// Ownership: the caller frees the store with `MXKVStoreFree`.
 #[unsafe(naked)]
@@ -1453,9 +1456,9 @@ pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: *mut c_void, barrier_bef
     trampoline!(776)
 }
 
-/// Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), `threshold`
-/// > 0 (default 0.5). `device` stores apply it to every later push; `local` stores accept and
-/// ignore it, as MXNet does.
+/// Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), and a
+/// `threshold` above 0 (default 0.5). `device` stores apply it to every later push; `local`
+/// stores accept and ignore it, as MXNet does; `nccl` stores refuse it (-1).
 ///
 /// Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
 /// type, a threshold ≤ 0 or an unknown key. Ownership: the strings are copied.
@@ -1487,7 +1490,7 @@ pub extern "C" fn MXKVStoreSetUpdaterEx(handle: *mut c_void, updater: MXKVStoreU
     trampoline!(800)
 }
 
-/// The library's features (MXNet's 32 names; all disabled but CUDA when a GPU is usable).
+/// The library's features (MXNet's 32 names; all disabled but CUDA and NCCL when a GPU is usable).
 ///
 /// Ownership: the array belongs to the library and lives for the process.
 #[unsafe(naked)]
@@ -2190,8 +2193,8 @@ pub extern "C" fn MXQuantizeSymbol(sym_handle: *mut c_void, ret_sym_handle: *mut
     trampoline!(1504)
 }
 
-/// Seeds the random generators. libkvstore has no random ops, so there is nothing to seed;
-/// the call succeeds so that frontends' test fixtures can call it.
+/// Seeds the random ops (`_random_normal`): after the same seed the same ops draw the same
+/// values. They are libkvstore's own samples, not MXNet's bits.
 ///
 /// Ownership: none.
 #[unsafe(naked)]

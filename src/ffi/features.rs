@@ -21,9 +21,10 @@ const FEATURE_NAMES: [&str; 32] = [
     "SIGNAL_HANDLER", "DEBUG", "TVM_OP",
 ];
 
-/// Whether libkvstore has the feature: CUDA when a device is usable; nothing else applies.
+/// Whether libkvstore has the feature: CUDA, and NCCL (the `nccl` store, which sums on the
+/// GPUs without libnccl), when a device is usable; nothing else applies.
 fn enabled(name: &str) -> bool {
-    name == "CUDA" && crate::gpu::device_count().unwrap_or(0) > 0
+    matches!(name, "CUDA" | "NCCL") && crate::gpu::device_count().unwrap_or(0) > 0
 }
 
 struct Features {
@@ -43,7 +44,7 @@ static FEATURES: Lazy<Features> = Lazy::new(|| {
     Features { _names: names, list }
 });
 
-/// The library's features (MXNet's 32 names; all disabled but CUDA when a GPU is usable).
+/// The library's features (MXNet's 32 names; all disabled but CUDA and NCCL when a GPU is usable).
 ///
 /// Ownership: the array belongs to the library and lives for the process.
 pub extern "C" fn MXLibInfoFeatures(libFeature: *mut *const LibFeature, size: *mut usize) -> c_int {

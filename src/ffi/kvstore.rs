@@ -20,8 +20,11 @@ use std::os::raw::{c_char, c_int, c_void};
 ///
 /// Parameters: `type` is MXNet's store type, matched lower-cased: any name containing `device`
 /// reduces as MXNet's `device` store; other non-distributed names (`local`, unknown names)
-/// make a `local` store. Names containing `dist` join the MPI job (started by `mpirun`) in
-/// the role `DMLC_ROLE` names; `_async` in the name makes servers apply each push at once.
+/// make a `local` store. Names containing `nccl` (and not `dist`) make an `nccl` store: dense
+/// arrays only, several values of a key on distinct GPUs, one set of GPUs (docs/gpu.md); it
+/// needs a usable CUDA device and is refused (-1) without one. Names containing `dist` join
+/// the MPI job (started by `mpirun`) in the role `DMLC_ROLE` names; `_async` in the name makes
+/// servers apply each push at once.
 /// Returns: 0, and the new handle in `*out`.
 /// Ownership: the caller frees the store with `MXKVStoreFree`.
 pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) -> c_int {
@@ -40,9 +43,9 @@ pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     ffi_boundary!({ handle::free_kvstore(handle) })
 }
 
-/// Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), `threshold`
-/// > 0 (default 0.5). `device` stores apply it to every later push; `local` stores accept and
-/// ignore it, as MXNet does.
+/// Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), and a
+/// `threshold` above 0 (default 0.5). `device` stores apply it to every later push; `local`
+/// stores accept and ignore it, as MXNet does; `nccl` stores refuse it (-1).
 ///
 /// Parameters: `num_params` key/value string pairs. Returns: 0, or -1 for a missing or unknown
 /// type, a threshold ≤ 0 or an unknown key. Ownership: the strings are copied.

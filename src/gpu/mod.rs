@@ -48,6 +48,16 @@ pub fn device_count() -> Result<i32> {
     }
 }
 
+/// The number of usable GPUs when there is at least one; otherwise why there is none (no
+/// driver, an old driver, no device, a forked child). Initialises the driver, opens no device.
+pub fn require_some_device() -> Result<i32> {
+    match driver::runtime() {
+        Err(reason) => crate::bail!("no usable CUDA device ({reason})"),
+        Ok(rt) if rt.devices.is_empty() => crate::bail!("no usable CUDA device (the driver lists none)"),
+        Ok(rt) => Ok(rt.devices.len() as i32),
+    }
+}
+
 /// Whether pinned host memory can be had (a usable driver with at least one device):
 /// without, `cpu_pinned` arrays are ordinary host memory, as in MXNet built without CUDA.
 pub fn pinned_memory_available() -> bool {
@@ -88,5 +98,18 @@ mod tests {
         let err = usable_context(Context::from_codes(2, 99).unwrap()).unwrap_err();
         assert!(err.message().contains("gpu(99)"), "{err}");
         assert_eq!(usable_context(Context::cpu(0)).unwrap(), Context::cpu(0));
+    }
+
+    #[test]
+    fn requiring_a_device_agrees_with_the_count() {
+        // CI has no driver: the count is 0 and the requirement fails with the reason; on a
+        // machine with GPUs both give the same number.
+        match require_some_device() {
+            Ok(n) => assert_eq!(device_count().unwrap(), n),
+            Err(e) => {
+                assert_eq!(device_count().unwrap_or(0), 0);
+                assert!(e.message().starts_with("no usable CUDA device ("), "{e}");
+            }
+        }
     }
 }

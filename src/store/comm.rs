@@ -32,6 +32,9 @@ pub enum StoreKind {
     Local,
     /// MXNet's `CommDevice`: any name containing `device`.
     Device,
+    /// MXNet's `KVStoreNCCL`: any name containing `nccl` but not `dist`. It reduces as
+    /// `Device` does, with the restrictions of [`super::nccl`].
+    Nccl,
 }
 
 /// One process, one worker: the local kinds.
@@ -45,7 +48,8 @@ impl Comm for SingleProcess {
     fn sum_order(&self) -> SumOrder {
         match self.0 {
             StoreKind::Local => SumOrder::CpuComm,
-            StoreKind::Device => SumOrder::Serial,
+            // NCCL leaves its order open; the left fold of the device store is used.
+            StoreKind::Device | StoreKind::Nccl => SumOrder::Serial,
         }
     }
 
@@ -72,12 +76,38 @@ impl Comm for SingleProcess {
 
 /// The communication MXNet's `KVStore::Create` picks for the lower-cased `name`. A
 /// distributed store's own worker (`store::dist`) reduces a worker's values with the kind
-/// its name selects (`dist_device_sync`: device) before they travel.
+/// its name selects (`dist_device_sync`: device) before they travel. An `nccl` store needs a
+/// usable GPU: without one it is refused here, at its creation (MXNet without NCCL refuses the
+/// name at creation too), rather than at a first push.
 pub fn for_name(name: &str) -> Result<Box<dyn Comm>> {
-    if name.contains("nccl") && !name.contains("dist") {
-        crate::bail!("'{name}' needs NCCL and CUDA GPUs, which this build of libkvstore does not support");
+    let kind = kind_of(name);
+    if kind == StoreKind::Nccl {
+        crate::backend::require_gpus().map_err(|e| {
+            crate::Error::new(format!(
+                "the '{name}' store sums on CUDA GPUs, and this process has none: {}",
+                e.message()
+            ))
+        })?;
     }
-    Ok(Box::new(SingleProcess(if name.contains("device") { StoreKind::Device } else { StoreKind::Local })))
+    Ok(Box::new(SingleProcess(kind)))
+}
+
+/// The kind MXNet's `KVStore::Create` picks for a lower-cased, non-distributed `name`.
+pub(super) fn kind_of(name: &str) -> StoreKind {
+    if name.contains("nccl") && !name.contains("dist") {
+        StoreKind::Nccl
+    } else if name.contains("device") {
+        StoreKind::Device
+    } else {
+        StoreKind::Local
+    }
+}
+
+/// A single-process comm of `kind`, for tests that run an `nccl` store's rules on host
+/// values without a GPU.
+#[cfg(test)]
+pub(super) fn single_process(kind: StoreKind) -> Box<dyn Comm> {
+    Box::new(SingleProcess(kind))
 }
 
 #[cfg(test)]
@@ -96,7 +126,19 @@ mod tests {
         assert_eq!(kind("local_allreduce_device"), StoreKind::Device);
         assert_eq!(kind("dist_sync"), StoreKind::Local);
         assert_eq!(kind("dist_device_sync"), StoreKind::Device);
-        assert!(for_name("nccl").err().unwrap().message().contains("NCCL"));
+        assert_eq!(kind_of("nccl"), StoreKind::Nccl);
+        assert_eq!(kind_of("nccl_device"), StoreKind::Nccl, "nccl wins over device, as in MXNet");
+        assert_eq!(kind_of("dist_nccl"), StoreKind::Local, "dist names never make an nccl store");
+        // An nccl store needs a GPU: refused at creation without one (CI), made with one.
+        match crate::backend::require_gpus() {
+            Err(_) => {
+                let err = for_name("nccl").err().unwrap();
+                assert!(err.message().contains("'nccl' store sums on CUDA GPUs") && err.message().contains("no usable CUDA device"), "{err}");
+            }
+            Ok(_) => assert_eq!(kind("nccl"), StoreKind::Nccl),
+        }
+        let nccl = single_process(StoreKind::Nccl);
+        assert!(!nccl.applies_compression() && nccl.sum_order() == SumOrder::Serial);
         let device = for_name("device").unwrap();
         assert_eq!((device.rank(), device.group_size(), device.sum_order()), (0, 1, SumOrder::Serial));
         assert!(device.applies_compression() && !for_name("local").unwrap().applies_compression());

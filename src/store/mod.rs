@@ -1,5 +1,5 @@
-//! The key-value store of MXNet's `local` and `device` types: init, push (sum, then updater or
-//! assignment), pull, push-pull and broadcast, with int or string keys.
+//! The key-value store of MXNet's `local`, `device` and `nccl` types: init, push (sum, then
+//! updater or assignment), pull, push-pull and broadcast, with int or string keys.
 
 pub(crate) mod batch;
 mod comm;
@@ -8,6 +8,7 @@ pub mod dist;
 pub mod env;
 mod entries;
 mod keys;
+mod nccl;
 mod plan;
 mod turns;
 mod updater;
@@ -52,6 +53,8 @@ struct State {
     barrier_before_exit: bool,
     /// Merge-buffer placement of a `device` store with GPU values.
     placement: crate::backend::MergePlacement,
+    /// An `nccl` store's device set, once a push summing several values fixed it.
+    nccl: Option<nccl::DeviceSet>,
 }
 
 /// A store.
@@ -80,6 +83,10 @@ impl KVStore {
             Some(_) => comm::for_name(if lower.contains("device") { "device" } else { "local" })?,
             None => comm::for_name(&lower)?,
         };
+        Self::with_comm(lower, comm, dist_mode)
+    }
+
+    fn with_comm(lower: String, comm: Box<dyn Comm>, dist_mode: Option<dist::DistMode>) -> Result<KVStore> {
         let type_name = CString::new(lower).map_err(|_| crate::Error::new("store type contains a NUL byte"))?;
         let dist = dist_mode.map(dist::DistStore::new).transpose()?;
         Ok(KVStore {
@@ -105,6 +112,21 @@ impl KVStore {
         self.comm.sum_order()
     }
 
+    /// Whether this is an `nccl` store (MXNet's `KVStoreNCCL`: see [`nccl`]).
+    fn is_nccl(&self) -> bool {
+        self.kind() == StoreKind::Nccl
+    }
+
+    /// An `nccl` store's checks of a checked push: its keys summing several values on the
+    /// store's device set (fixing it on the first such push); returns the set after the push.
+    /// `None` for other stores.
+    fn nccl_push(&self, state: &State, plan: &PushPlan) -> Result<Option<Option<nccl::DeviceSet>>> {
+        if !self.is_nccl() {
+            return Ok(None);
+        }
+        nccl::check_push(&state.nccl, plan, &Self::shown(&state.keys)).map(Some)
+    }
+
     /// How a key appears in messages: the user's int or string.
     fn shown(keys: &KeyRegistry) -> impl Fn(i32) -> String + '_ {
         move |id| match keys.key_type() {
@@ -125,7 +147,11 @@ impl KVStore {
         // New string keys are registered first (messages name them), and forgotten again if
         // the call fails: a failing init changes nothing.
         let mark = registry.mark();
+        let nccl = self.is_nccl();
         let made = registry.register(&keys).and_then(|ids| {
+            if nccl {
+                nccl::check_dense(&ids, values, &Self::shown(registry), "value to initialise")?;
+            }
             let plan = plan::plan_init(entries, &ids, &Self::shown(registry), values)?;
             // Every stored value is made before any is stored.
             let stored = plan::new_stored_values(&plan, STORE_CONTEXT)?;
@@ -160,9 +186,13 @@ impl KVStore {
         let calls = {
             let mut state = self.state.lock();
             let ids = state.keys.lookup(&keys)?;
+            if self.is_nccl() {
+                nccl::check_dense(&ids, &values, &Self::shown(&state.keys), "pushed value")?;
+            }
             let plan = plan::plan_push(&state.entries, &ids, &Self::shown(&state.keys), values)?;
             plan::check_compressible(self.active_compression(&state), &state.entries, &plan, &Self::shown(&state.keys))?;
-            let calls = self.schedule_push(&mut state, plan, priority)?;
+            let devices = self.nccl_push(&state, &plan)?;
+            let calls = self.schedule_push(&mut state, plan, priority, devices)?;
             state.keys.fix_type(&keys);
             calls
         };
@@ -180,8 +210,15 @@ impl KVStore {
         check_len(&keys, outs.len())?;
         let mut state = self.state.lock();
         let ids = state.keys.lookup(&keys)?;
+        if self.is_nccl() {
+            nccl::check_ignore_sparse(ignore_sparse)?;
+            nccl::check_dense(&ids, &outs, &Self::shown(&state.keys), "output")?;
+        }
         let entries = &state.entries;
         let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), &ids, &Self::shown(&state.keys), outs, ignore_sparse)?;
+        if self.is_nccl() {
+            nccl::check_pull(state.nccl.as_ref(), &copies, &Self::shown(&state.keys))?;
+        }
         state.keys.fix_type(&keys);
         batch::copies(copies.outs, copies.copies, priority);
         Ok(())
@@ -208,15 +245,26 @@ impl KVStore {
             let mut state = self.state.lock();
             let vids = state.keys.lookup(&vkeys)?;
             let oids = state.keys.lookup(&okeys)?;
-            let (plan, copies) = {
+            let (plan, copies, devices) = {
                 let shown = Self::shown(&state.keys);
+                if self.is_nccl() {
+                    nccl::check_dense(&vids, &values, &shown, "pushed value")?;
+                    nccl::check_dense(&oids, &outs, &shown, "output")?;
+                }
                 let plan = plan::plan_push(&state.entries, &vids, &shown, values)?;
                 plan::check_compressible(self.active_compression(&state), &state.entries, &plan, &shown)?;
                 let entries = &state.entries;
                 let lookup = |id: i32| entries.get(&id).map(|e| e.stored.clone());
-                (plan, plan::plan_pull(&lookup, &oids, &shown, outs, true)?)
+                let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
+                // The pull is checked against the set as the push leaves it (MXNet pushes,
+                // then pulls).
+                let devices = self.nccl_push(&state, &plan)?;
+                if let Some(set) = &devices {
+                    nccl::check_pull(set.as_ref(), &copies, &shown)?;
+                }
+                (plan, copies, devices)
             };
-            let calls = self.schedule_push(&mut state, plan, priority)?;
+            let calls = self.schedule_push(&mut state, plan, priority, devices)?;
             state.keys.fix_type(&vkeys);
             state.keys.fix_type(&okeys);
             (calls, copies)
@@ -243,16 +291,24 @@ impl KVStore {
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
         let mut state = self.state.lock();
-        let State { keys: registry, entries, placement, .. } = &mut *state;
+        let nccl = self.is_nccl();
+        let State { keys: registry, entries, placement, nccl: devices, .. } = &mut *state;
         let mark = registry.mark();
         let made = registry.register(&vkeys).and_then(|vids| {
             let oids = registry.lookup(&okeys)?;
             let shown = Self::shown(registry);
+            if nccl {
+                nccl::check_dense(&vids, values, &shown, "value to initialise")?;
+                nccl::check_dense(&oids, &outs, &shown, "output")?;
+            }
             let inits = plan::plan_init(entries, &vids, &shown, values)?;
             // Made before anything changes; stored with the value's storage type, as Init does.
             let stored = plan::new_stored_values(&inits, STORE_CONTEXT)?;
             let lookup = |id: i32| stored.get(&id).cloned().or_else(|| entries.get(&id).map(|e| e.stored.clone()));
             let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
+            if nccl {
+                nccl::check_pull(devices.as_ref(), &copies, &shown)?;
+            }
             entries.try_reserve(inits.len()).map_err(|_| crate::Error::out_of_memory("the store's key table"))?;
             Ok((inits, stored, copies))
         });
@@ -298,6 +354,9 @@ impl KVStore {
         if let Some(d) = &self.dist {
             return d.set_gradient_compression(params);
         }
+        if self.is_nccl() {
+            return Err(nccl::no_compression());
+        }
         let gc = GradientCompression::from_params(params)?;
         self.state.lock().compression = Some(gc);
         Ok(())
@@ -317,6 +376,9 @@ impl KVStore {
         }
         check_len(&keys, outs.len())?;
         check_len(&keys, row_ids.len())?;
+        if self.is_nccl() {
+            return Err(nccl::no_row_sparse_pull());
+        }
         let mut state = self.state.lock();
         let ids = state.keys.lookup(&keys)?;
         let plan = plan::plan_row_sparse_pull(&state.entries, &ids, &Self::shown(&state.keys), outs, row_ids)?;
@@ -373,8 +435,16 @@ impl KVStore {
 
     /// Schedules the sums of a checked push; returns the updater calls to make, if any.
     /// Everything the push allocates (replaced stored values, merge buffers, residuals) is
-    /// made before any entry changes: a push that fails changes nothing.
-    fn schedule_push(&self, state: &mut State, plan: PushPlan, priority: i32) -> Result<Vec<UpdaterCall>> {
+    /// made before any entry changes: a push that fails changes nothing. `nccl_devices` is an
+    /// `nccl` store's device set after the push (its root holds every sum of several values),
+    /// stored once nothing can fail.
+    fn schedule_push(
+        &self,
+        state: &mut State,
+        plan: PushPlan,
+        priority: i32,
+        nccl_devices: Option<Option<nccl::DeviceSet>>,
+    ) -> Result<Vec<UpdaterCall>> {
         let updaters = self.updaters.read().clone();
         let string_keys = state.keys.key_type() == Some(KeyType::Str);
         let compression = self.active_compression(state);
@@ -383,9 +453,15 @@ impl KVStore {
         let mut prepared = Vec::new();
         prepared.try_reserve_exact(groups.len()).map_err(|_| crate::Error::out_of_memory("a push's plan"))?;
         let kind = self.kind();
+        let nccl_root = nccl_devices.as_ref().and_then(|d| d.as_ref().map(nccl::DeviceSet::root));
         for g in &groups {
             let vals = &values[g.values.clone()];
-            let merge_gpu = devices::merge_gpu(&mut state.placement, kind, g.id, vals, compression.is_some());
+            let merge_gpu = match kind {
+                // Every sum of several values lands on the set's root, the keys initialised
+                // after the set was fixed too (MXNet has no buffer for those).
+                StoreKind::Nccl => nccl_root.filter(|_| vals.len() > 1),
+                _ => devices::merge_gpu(&mut state.placement, kind, g.id, vals, compression.is_some()),
+            };
             let merge_ctx = merge_gpu.unwrap_or(STORE_CONTEXT);
             let entry = state.entries.get(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             // Where the sum goes: the stored value, or (with an updater) the value handed to
@@ -444,6 +520,9 @@ impl KVStore {
                 None => None,
             };
             prepared.push(Prepared { dst, replaced, takes_merge, is_merge, new_residuals, moved });
+        }
+        if let Some(devices) = nccl_devices {
+            state.nccl = devices;
         }
         let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::new());
         for (g, p) in groups.into_iter().zip(prepared) {

@@ -156,6 +156,8 @@ pub(crate) fn check_compressible(
 pub(crate) struct PullPlan {
     pub outs: Vec<NDArray>,
     pub copies: Vec<CopyJob>,
+    /// Each copy's key.
+    pub ids: Vec<i32>,
 }
 
 /// Checks a pull and returns the copies to make. Sparse outputs are skipped when
@@ -175,6 +177,7 @@ pub(crate) fn plan_pull(
         group(ids, outs)
     };
     let mut copies = Vec::with_capacity(runs.len());
+    let mut copy_ids = Vec::with_capacity(runs.len());
     for (id, range) in runs {
         let stored = lookup(id).ok_or_else(|| not_inited(&shown(id)))?;
         for out in &outs[range.clone()] {
@@ -187,8 +190,9 @@ pub(crate) fn plan_pull(
         }
         // One job per key: the stored value is read once for all of its outputs.
         copies.push(CopyJob { src: stored, dsts: range });
+        copy_ids.push(id);
     }
-    Ok(PullPlan { outs, copies })
+    Ok(PullPlan { outs, copies, ids: copy_ids })
 }
 
 /// Checks a row_sparse pull and returns the `(stored, output, row ids)` to schedule, with

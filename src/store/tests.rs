@@ -223,3 +223,71 @@ fn batches_that_share_arrays_between_keys_keep_call_order() {
         assert_eq!(read(v), vec![6.0; 5]);
     }
 }
+
+/// An `nccl` store without the GPU check of its creation: its rules on host values.
+fn nccl_store() -> KVStore {
+    KVStore::with_comm("nccl".to_string(), comm::single_process(StoreKind::Nccl), None).unwrap()
+}
+
+fn f32_matrix(rows: usize, value: f32) -> NDArray {
+    let a = NDArray::zeros(&[rows, 2], Context::cpu(0), DType::Float32).unwrap();
+    a.copy_from_host(bytemuck::cast_slice(&vec![value; rows * 2])).unwrap();
+    a
+}
+
+#[test]
+fn nccl_refuses_sparse_arrays_compression_and_host_sums_and_changes_nothing() {
+    let kv = nccl_store();
+    assert_eq!(kv.kind(), StoreKind::Nccl);
+    let message = |r: Result<()>| r.unwrap_err().message().to_string();
+    kv.init(Keys::Int(&[1]), &[f32_matrix(5, 1.0)]).unwrap();
+    let pull = |key: i32| {
+        let out = f32_matrix(5, -1.0);
+        kv.pull(Keys::Int(&[key]), &[out.clone()], 0, true).unwrap();
+        read(&out)
+    };
+    // Init: a row_sparse value refused, and the call's other (valid) key not initialised.
+    let m = message(kv.init(Keys::Int(&[2, 3]), &[f32_matrix(5, 2.0), row_sparse(5, &[1], 1.0)]));
+    assert!(m.contains("the nccl store supports dense arrays only: key 3 was given a row_sparse value to initialise"), "{m}");
+    assert!(kv.pull(Keys::Int(&[2]), &[f32_matrix(5, 0.0)], 0, true).unwrap_err().message().contains("key 2 has not been inited"));
+    // Push: a row_sparse value refused (the local store would sum it), key 1 unchanged.
+    let m = message(kv.push(Keys::Int(&[1, 1]), &[f32_matrix(5, 4.0), row_sparse(5, &[0, 3], 1.0)], 0));
+    assert!(m.contains("dense arrays only: key 1 was given a row_sparse pushed value"), "{m}");
+    // Pull: sparse outputs refused (the local store skips them), as is ignore_sparse=false.
+    let m = message(kv.pull(Keys::Int(&[1]), &[row_sparse(5, &[0], 0.0)], 0, true));
+    assert!(m.contains("key 1 was given a row_sparse output"), "{m}");
+    let m = message(kv.pull(Keys::Int(&[1]), &[f32_matrix(5, 0.0)], 0, false));
+    assert!(m.contains("ignore_sparse"), "{m}");
+    let rid = NDArray::zeros(&[1], Context::cpu(0), DType::Int64).unwrap();
+    let m = message(kv.pull_row_sparse(Keys::Int(&[1]), &[row_sparse(5, &[0], 0.0)], &[rid], 0));
+    assert!(m.contains("no row_sparse pull"), "{m}");
+    // Push-pull and broadcast: the same rules, nothing pushed or initialised.
+    let m = message(kv.push_pull(Keys::Int(&[1]), &[f32_matrix(5, 4.0)], Keys::Int(&[1]), &[row_sparse(5, &[0], 0.0)], 0));
+    assert!(m.contains("row_sparse output"), "{m}");
+    let m = message(kv.broadcast(Keys::Int(&[4]), &[row_sparse(5, &[0], 1.0)], Keys::Int(&[4]), &[f32_matrix(5, 0.0)], 0));
+    assert!(m.contains("key 4 was given a row_sparse value to initialise"), "{m}");
+    // Compression: refused whatever its parameters; pushes stay uncompressed.
+    let m = message(kv.set_gradient_compression(&[("type".to_string(), "2bit".to_string())]));
+    assert_eq!(m, "the nccl store does not support gradient compression");
+    assert!(message(kv.set_gradient_compression(&[("bogus".to_string(), "x".to_string())])).contains("gradient compression"));
+    // Several host values of a key: refused (NCCL sums device memory), the set not fixed.
+    let m = message(kv.push(Keys::Int(&[1, 1]), &[f32_matrix(5, 2.0), f32_matrix(5, 3.0)], 0));
+    assert!(m.contains("on GPUs only: key 1 has a value on cpu(0)"), "{m}");
+    assert!(kv.state.lock().nccl.is_none());
+    assert_eq!(pull(1), vec![1.0; 10], "every refusal left key 1 as initialised");
+    // What MXNet's nccl store does with host values: a single value is stored as it is
+    // (copied here), pulls copy, push-pull and broadcast work, an int8 key too.
+    kv.push(Keys::Int(&[1]), &[f32_matrix(5, 0.3)], 0).unwrap();
+    assert_eq!(pull(1), vec![0.3; 10]);
+    let out = f32_matrix(5, 0.0);
+    kv.push_pull(Keys::Int(&[1]), &[f32_matrix(5, 0.25)], Keys::Int(&[1]), &[out.clone()], 0).unwrap();
+    assert_eq!(read(&out), vec![0.25; 10]);
+    let (a, b) = (f32_matrix(5, 0.0), f32_matrix(5, 0.0));
+    kv.broadcast(Keys::Int(&[5]), &[f32_matrix(5, 7.0)], Keys::Int(&[5, 5]), &[a.clone(), b.clone()], 0).unwrap();
+    assert_eq!((read(&a), read(&b)), (vec![7.0; 10], vec![7.0; 10]));
+    let i8 = NDArray::zeros(&[3], Context::cpu(0), DType::Int8).unwrap();
+    kv.init(Keys::Int(&[6]), &[i8.clone()]).unwrap();
+    kv.push(Keys::Int(&[6]), &[i8.clone()], 0).unwrap();
+    let m = message(kv.push(Keys::Int(&[6, 6]), &[i8.clone(), i8], 0));
+    assert!(m.contains("on GPUs only"), "{m}");
+}
