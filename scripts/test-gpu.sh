@@ -4,6 +4,7 @@
 #   1. gpu_diff: every store workload with values on GPUs, then on CPUs; outputs must be
 #      identical (NaN compared as NaN), plus the C API checks (device pointers, waits,
 #      fork, shutdown);
+#   1b. gpu_nccl: the nccl store equals the device store bit for bit, and its refusals;
 #   2. the same program under compute-sanitizer memcheck and racecheck (small sizes);
 #   3. with --bench: benches/gpubench.c (the issue's GPU workloads and their limits).
 # With the CUDA stand-in first on LD_LIBRARY_PATH it runs unchanged: compute-sanitizer is
@@ -48,6 +49,12 @@ else
   cat "$tmp/gpu.err" "$tmp/cpu.err" | tail -20; bad "gpu_diff: a run failed"
 fi
 if [ -s "$tmp/gpu.err" ]; then echo "stderr of the GPU run:"; head -20 "$tmp/gpu.err"; bad "gpu_diff printed to stderr"; fi
+
+if "$bin/gpu_nccl" >"$tmp/nccl.txt" 2>"$tmp/nccl.err" && grep -q "^gpu_nccl: ok" "$tmp/nccl.txt" && ! [ -s "$tmp/nccl.err" ]; then
+  ok "$(grep '^gpu_nccl: ok' "$tmp/nccl.txt")"
+else
+  tail -20 "$tmp/nccl.txt" "$tmp/nccl.err"; bad "gpu_nccl"
+fi
 
 if [ -n "$standin" ]; then
   echo "SKIP compute-sanitizer: it needs a real GPU (on the stand-in, scripts/standin-asan.sh checks the kernels' indexing)"
