@@ -2,7 +2,7 @@
 //! order these with the engine first (they run inside ops or `run_sync`).
 
 use crate::base::buffer::{typed, Buffer};
-use super::{AuxData, DType, NDArray, StorageType};
+use super::{AuxData, DType, Memory, NDArray, StorageType};
 use crate::error::Result;
 use crate::base::cast;
 
@@ -25,13 +25,16 @@ impl NDArray {
         self.row_len() * self.dtype().size()
     }
 
-    /// The row ids of a row_sparse array as stored, unchecked.
+    /// The row ids of a row_sparse array as stored, unchecked (downloaded, and waited for,
+    /// from a GPU array's memory).
     pub(crate) fn raw_row_ids(&self) -> Result<Vec<i64>> {
         let payload = self.chunk.payload.read_recursive();
-        match payload.aux.first() {
-            Some(aux) if aux.dtype == DType::Int64 => crate::base::buffer::try_copy(typed::<i64>(aux.data.bytes())),
-            Some(aux) => super::row_ids::ids_of(aux.dtype, aux.data.bytes(), aux.shape.first().copied().unwrap_or(0)),
-            None => Ok(Vec::new()),
+        let Some(aux) = payload.aux.first() else { return Ok(Vec::new()) };
+        let n = aux.shape.first().copied().unwrap_or(0);
+        match &aux.data {
+            Memory::Device(_) => super::row_ids::ids_of(aux.dtype, aux.data.to_host()?.bytes(), n),
+            host if aux.dtype == DType::Int64 => crate::base::buffer::try_copy(typed::<i64>(host.bytes())),
+            host => super::row_ids::ids_of(aux.dtype, host.bytes(), n),
         }
     }
 
@@ -46,23 +49,35 @@ impl NDArray {
         if self.check_row_sparse_parts().is_err() || super::row_ids::check_row_ids(&ids, rows).is_err() {
             return Ok(Rows { ids: Vec::new(), data: Vec::new() });
         }
-        let data = crate::base::buffer::try_copy(self.chunk.payload.read_recursive().data.bytes())?;
+        let payload = self.chunk.payload.read_recursive();
+        let data = match &payload.data {
+            Memory::Device(d) => {
+                let mut data = crate::base::buffer::try_filled(d.len(), 0u8)?;
+                crate::gpu::transfer::download(&mut data, d.ptr()).map_err(crate::Error::new)?;
+                data
+            }
+            host => crate::base::buffer::try_copy(host.bytes())?,
+        };
         Ok(Rows { ids, data })
     }
 
-    /// Replaces the rows of a row_sparse array (`data` holds `ids.len()` rows).
+    /// Replaces the rows of a row_sparse array (`data` holds `ids.len()` rows); a GPU array's
+    /// ids and values are uploaded into new device memory (and waited for) before anything
+    /// is replaced, so a failed upload leaves the array as it was.
     pub(crate) fn set_rows_now(&self, ids: &[i64], data: Buffer) -> Result<()> {
         debug_assert_eq!(self.stype(), StorageType::RowSparse);
-        let mut payload = self.chunk.payload.write();
-        let aux_dtype = payload.aux.first().map_or(DType::Int64, |a| a.dtype);
+        let aux_dtype = self.chunk.payload.read_recursive().aux.first().map_or(DType::Int64, |a| a.dtype);
         let mut aux = Buffer::zeroed(ids.len() * aux_dtype.size())?;
         cast(DType::Int64, bytemuck::cast_slice(ids), aux_dtype, aux.bytes_mut());
+        let aux = Memory::holding_sparse(self.ctx(), aux)?;
+        let data = Memory::holding_sparse(self.ctx(), data)?;
         let mut storage_shape = self.shape().to_vec();
         if let Some(first) = storage_shape.first_mut() {
             *first = ids.len();
         }
+        let mut payload = self.chunk.payload.write();
         payload.aux = vec![AuxData { dtype: aux_dtype, shape: vec![ids.len()], data: aux }];
-        payload.data = data.into();
+        payload.data = data;
         payload.storage_shape = storage_shape;
         Ok(())
     }
