@@ -14,7 +14,7 @@ mod storage;
 pub use crate::base::{Context, DeviceType};
 pub use crate::base::{DType, ALL_DTYPES};
 pub use memory::Memory;
-pub use row_sparse::Rows;
+pub use row_sparse::{DeviceRows, Rows};
 pub(crate) use row_ids::ids_of as row_ids_of;
 pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
 

@@ -14,7 +14,54 @@ pub struct Rows {
     pub data: Vec<u8>,
 }
 
+/// Where a GPU row_sparse array's parts are in its GPU's memory, for driver copies. The
+/// memory stays where it is while the engine keeps writes to the array away.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceRows {
+    /// The row ids.
+    pub ids: crate::gpu::DevicePtr,
+    /// Their dtype.
+    pub id_dtype: DType,
+    /// How many rows are stored.
+    pub rows: usize,
+    /// The rows' values, `rows × row_bytes` bytes.
+    pub values: crate::gpu::DevicePtr,
+}
+
 impl NDArray {
+    /// The parts of a row_sparse array held in a GPU's memory; `None` for other arrays. An
+    /// array whose ids and values disagree (filled separately, see
+    /// [`NDArray::check_row_sparse_parts`]) shows no rows, as [`NDArray::rows_now`] reads it.
+    pub(crate) fn device_rows(&self) -> Option<DeviceRows> {
+        if self.stype() != StorageType::RowSparse {
+            return None;
+        }
+        let consistent = self.check_row_sparse_parts().is_ok();
+        let payload = self.chunk.payload.read_recursive();
+        let aux = payload.aux.first()?;
+        let (ids, values) = (aux.data.device_ptr()?, payload.data.device_ptr()?);
+        let rows = if consistent { aux.shape.first().copied().unwrap_or(0) } else { 0 };
+        Some(DeviceRows { ids, id_dtype: aux.dtype, rows, values })
+    }
+
+    /// The dtype of a row_sparse array's row ids (int64 unless created otherwise).
+    pub(crate) fn row_id_dtype(&self) -> DType {
+        self.chunk.payload.read_recursive().aux.first().map_or(DType::Int64, |a| a.dtype)
+    }
+
+    /// Replaces the rows of a row_sparse array with `rows` rows already in place: ids of
+    /// `id_dtype` in `ids`, values in `values` (on the array's GPU for a GPU array).
+    pub(crate) fn install_rows(&self, id_dtype: DType, rows: usize, ids: Memory, values: Memory) {
+        let mut storage_shape = self.shape().to_vec();
+        if let Some(first) = storage_shape.first_mut() {
+            *first = rows;
+        }
+        let mut payload = self.chunk.payload.write();
+        payload.aux = vec![AuxData { dtype: id_dtype, shape: vec![rows], data: ids }];
+        payload.data = values;
+        payload.storage_shape = storage_shape;
+    }
+
     /// Elements in one row (the product of all dimensions but the first).
     pub fn row_len(&self) -> usize {
         self.shape().iter().skip(1).product()
@@ -66,19 +113,12 @@ impl NDArray {
     /// is replaced, so a failed upload leaves the array as it was.
     pub(crate) fn set_rows_now(&self, ids: &[i64], data: Buffer) -> Result<()> {
         debug_assert_eq!(self.stype(), StorageType::RowSparse);
-        let aux_dtype = self.chunk.payload.read_recursive().aux.first().map_or(DType::Int64, |a| a.dtype);
+        let aux_dtype = self.row_id_dtype();
         let mut aux = Buffer::zeroed(ids.len() * aux_dtype.size())?;
         cast(DType::Int64, bytemuck::cast_slice(ids), aux_dtype, aux.bytes_mut());
         let aux = Memory::holding_sparse(self.ctx(), aux)?;
         let data = Memory::holding_sparse(self.ctx(), data)?;
-        let mut storage_shape = self.shape().to_vec();
-        if let Some(first) = storage_shape.first_mut() {
-            *first = ids.len();
-        }
-        let mut payload = self.chunk.payload.write();
-        payload.aux = vec![AuxData { dtype: aux_dtype, shape: vec![ids.len()], data: aux }];
-        payload.data = data;
-        payload.storage_shape = storage_shape;
+        self.install_rows(aux_dtype, ids.len(), aux, data);
         Ok(())
     }
 
