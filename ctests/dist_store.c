@@ -1,7 +1,8 @@
 /* A distributed store under mpirun (MPMD: servers, workers, optionally a scheduler, each with
  * DMLC_ROLE set; DMLC_NUM_WORKER set; MXNET_KVSTORE_BIGARRAY_BOUND=100 so key 9 is split over
  * the servers). argv[1] is the store name (dist_sync, dist_device_sync, ...). Checks roles,
- * ranks, init from worker 0 only, sync sums of small and big keys, commands reaching every
+ * ranks, init from worker 0 only, sync sums of small and big keys, a row_sparse key's init
+ * and PullRowSparse, commands reaching every
  * server's controller, a server updater installed from inside the controller, push-pull,
  * float16 with multi-precision, exact 2-bit residual sequences and the -1 errors.
  * Every process prints nothing on success except its final "ok" line. */
@@ -56,6 +57,28 @@ static void expect_all(NDArrayHandle h, uint32_t n, float want, int line) {
   free(v);
 }
 #define EXPECT_ALL(h, n, want) expect_all(h, n, want, __LINE__)
+
+/* An (8, 2) row_sparse float32 array on cpu(0) (gpu(0) in the -DDEV_CPU=2 build) holding
+ * rows ids[0..nnr), every value `value`: values and ids copied in from arrays on the same
+ * context. */
+static NDArrayHandle rsp_value(int nnr, const int64_t *ids, float value) {
+  uint32_t shape[2] = {8, 2}, aux_ndim = 1, aux_shape = (uint32_t)nnr, n = (uint32_t)nnr, dshape[2] = {n, 2};
+  int aux_type = DT_I64;
+  NDArrayHandle h, v, i;
+  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
+  if (nnr == 0) return h;
+  float vals[16];
+  for (int j = 0; j < 2 * nnr; j++) vals[j] = value;
+  CHECK(MXNDArrayCreateEx(dshape, 2, DEV_CPU, 0, 0, DT_F32, &v));
+  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_I64, &i));
+  CHECK(MXNDArraySyncCopyFromCPU(v, vals, 2 * n));
+  CHECK(MXNDArraySyncCopyFromCPU(i, ids, n));
+  CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
+  CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
+  CHECK(MXNDArrayFree(v));
+  CHECK(MXNDArrayFree(i));
+  return h;
+}
 
 static void pull1(KVStoreHandle kv, int key, NDArrayHandle out) {
   CHECK(MXKVStorePull(kv, 1, &key, &out, 0));
@@ -136,6 +159,34 @@ int main(int argc, char **argv) {
   CHECK(MXKVStorePush(kv, 2, twice, vb2, 0));
   pull1(kv, kb, ob);
   EXPECT_ALL(ob, big, sum2);
+
+  /* row_sparse (on the program's context: GPUs in the -DDEV_CPU=2 build): init from worker
+   * 0 with every row (as MXNet's servers expect), then PullRowSparse of rows {7, 1, 7} (the
+   * ids on the same context) into an empty row_sparse output: rows 1 and 7. */
+  int kr = 11;
+  const int64_t init_ids[8] = {0, 1, 2, 3, 4, 5, 6, 7}, want_ids[3] = {7, 1, 7};
+  NDArrayHandle rinit = rsp_value(8, init_ids, 1.5f);
+  CHECK(MXKVStoreInit(kv, 1, &kr, &rinit));
+  NDArrayHandle rout = rsp_value(0, NULL, 0), rid;
+  uint32_t nwant = 3;
+  CHECK(MXNDArrayCreateEx(&nwant, 1, DEV_CPU, 0, 0, DT_I64, &rid));
+  CHECK(MXNDArraySyncCopyFromCPU(rid, want_ids, nwant));
+  CHECK(MXKVStorePullRowSparse(kv, 1, &kr, &rout, &rid, 0));
+  NDArrayHandle rids, rvals;
+  CHECK(MXNDArrayGetAuxNDArray(rout, 0, &rids));
+  CHECK(MXNDArrayGetDataNDArray(rout, &rvals));
+  int64_t got_ids[2] = {0, 0};
+  float got_rows[4] = {-1, -1, -1, -1};
+  uint32_t ids_ndim = 0;
+  const uint32_t *ids_shape = NULL;
+  CHECK(MXNDArrayGetShape(rids, &ids_ndim, &ids_shape));
+  EXPECT(ids_ndim == 1 && ids_shape[0] == 2);
+  CHECK(MXNDArraySyncCopyToCPU(rids, got_ids, 2));
+  CHECK(MXNDArraySyncCopyToCPU(rvals, got_rows, 4));
+  EXPECT(got_ids[0] == 1 && got_ids[1] == 7);
+  EXPECT(got_rows[0] == 1.5f && got_rows[1] == 1.5f && got_rows[2] == 1.5f && got_rows[3] == 1.5f);
+  NDArrayHandle rall[] = {rinit, rout, rid, rids, rvals};
+  for (size_t i = 0; i < sizeof rall / sizeof rall[0]; i++) CHECK(MXNDArrayFree(rall[i]));
 
   /* Commands: every worker's reaches the controller of every server before the call returns. */
   char hello[64];

@@ -7,9 +7,12 @@
  * Covered: local and device stores; every summable dtype; 1-9 values per key; odd sizes
  * from 1 element to 64 MiB; +-0, subnormals, +-Inf, NaN, float16 overflow; mixed gpu/cpu
  * values; a C updater (its `local` handle must be on a GPU for `device` stores with GPU
- * values, as in MXNet); 2bit and 1bit compression over 20 pushes; row_sparse push/pull.
+ * values, as in MXNet); 2bit and 1bit compression over 20 pushes; row_sparse push/pull, and
+ * a row_sparse key pulled into row_sparse outputs (PullWithSparse, PullRowSparse) read back
+ * through their aux and data arrays.
  * In `gpu` mode also the C API: GetData is device memory (checked with the driver through
- * dlopen), waits, a forked child gets an error (not a hang), shutdown.
+ * dlopen) for dense and row_sparse arrays and a row_sparse array's aux and data arrays, which
+ * are on its GPU; its parts filled across contexts; waits, a forked child gets an error (not a hang), shutdown.
  *
  * usage: gpu_diff gpu|cpu [--small]   (--small: sizes for compute-sanitizer runs)
  * Without a GPU, `gpu` mode prints a skip line and exits 0. */
@@ -226,8 +229,134 @@ static void row_sparse_case(void) {
   CHECK(MXNDArrayCreateEx(shape, 2, t, id, 0, DT_F32, &out));
   CHECK(MXKVStorePull(kv, 1, &key, &out, 0));
   print_array("row_sparse pull", out, DT_F32, 30);
-  MXNDArrayFree(out); MXNDArrayFree(vals[0]); MXNDArrayFree(vals[1]); MXNDArrayFree(init);
+  MXNDArrayFree(out);
+
+  /* A row_sparse key (init from a row_sparse value on a GPU, pushed row_sparse values),
+   * pulled into row_sparse outputs on the GPUs: whole (PullWithSparse) and by rows
+   * (PullRowSparse, the wanted ids on the output's context, unsorted and repeated). */
+  int rkey = 6;
+  CHECK(MXKVStoreInit(kv, 1, &rkey, &vals[1]));
+  int rkeys[2] = {rkey, rkey};
+  CHECK(MXKVStorePush(kv, 2, rkeys, vals, 0));
+  for (int i = 0; i < 2; i++) {
+    int aux_type = DT_I64;
+    uint32_t aux_ndim = 1, aux_shape = 0, n_want = 4;
+    value_ctx(i, 0, &t, &id);
+    NDArrayHandle rsp, want;
+    CHECK(MXNDArrayCreateSparseEx(1, shape, 2, t, id, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &rsp));
+    if (i == 0) {
+      CHECK(MXKVStorePullWithSparse(kv, 1, &rkey, &rsp, 0, false));
+    } else {
+      const int64_t wanted[4] = {9, 1, 4, 9};
+      CHECK(MXNDArrayCreateEx(&n_want, 1, t, id, 0, DT_I64, &want));
+      CHECK(MXNDArraySyncCopyFromCPU(want, wanted, 4));
+      CHECK(MXKVStorePullRowSparse(kv, 1, &rkey, &rsp, &want, 0));
+      MXNDArrayFree(want);
+    }
+    NDArrayHandle ids, data;
+    CHECK(MXNDArrayGetAuxNDArray(rsp, 0, &ids));
+    CHECK(MXNDArrayGetDataNDArray(rsp, &data));
+    uint32_t ndim = 0;
+    const uint32_t *ids_shape = NULL;
+    CHECK(MXNDArrayGetShape(ids, &ndim, &ids_shape));
+    EXPECT(ndim == 1);
+    size_t nnz = ids_shape[0];
+    printf("row_sparse %s: %zu rows\n", i ? "pull_row_sparse" : "rsp pull", nnz);
+    print_array("  row ids", ids, DT_I64, nnz);
+    print_array("  values", data, DT_F32, nnz * 3);
+    print_array("  stored values", rsp, DT_F32, nnz * 3);
+    MXNDArrayFree(ids); MXNDArrayFree(data); MXNDArrayFree(rsp);
+  }
+  MXNDArrayFree(vals[0]); MXNDArrayFree(vals[1]); MXNDArrayFree(init);
   CHECK(MXKVStoreFree(kv));
+}
+
+/* Whether `ptr` is device memory, asked of the driver (CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+ * CU_MEMORYTYPE_DEVICE = 2). */
+static int is_device_ptr(void *ptr) {
+  static void *cuda;
+  if (!cuda) cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  EXPECT(cuda != NULL);
+  typedef int (*attr_fn)(void *, int, unsigned long long);
+  attr_fn get_attr = (attr_fn)(uintptr_t)dlsym(cuda, "cuPointerGetAttribute");
+  EXPECT(get_attr != NULL);
+  unsigned int mem_type = 0;
+  return get_attr(&mem_type, 2, (unsigned long long)(uintptr_t)ptr) == 0 && mem_type == 2;
+}
+
+/* An array `h` is on gpu(dev) and its GetData is device memory. */
+static void expect_on_gpu(NDArrayHandle h, int dev) {
+  int t = 0, id = -1;
+  CHECK(MXNDArrayGetContext(h, &t, &id));
+  EXPECT(t == DEV_GPU && id == dev);
+  void *ptr = NULL;
+  CHECK(MXNDArrayGetData(h, &ptr));
+  EXPECT(ptr != NULL && is_device_ptr(ptr));
+}
+
+/* gpu mode: a row_sparse array on a GPU keeps its values and row ids in the GPU's memory, as
+ * MXNet's: GetData is device memory, the aux and data arrays are on the same GPU, its parts
+ * are filled across contexts, refused ids change nothing. */
+static void row_sparse_api_checks(void) {
+  int dev = n_gpus - 1;
+  uint32_t shape[2] = {10, 3}, three = 3, data_shape[2] = {3, 3};
+  int aux_type = DT_I64;
+  uint32_t aux_ndim = 1;
+  NDArrayHandle rsp;
+  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_GPU, dev, 0, DT_F32, 1, &aux_type, &aux_ndim, &three, &rsp));
+  expect_on_gpu(rsp, dev);
+  /* Values from the host, ids from another GPU (or the same one with one GPU). */
+  NDArrayHandle data, ids;
+  CHECK(MXNDArrayCreateEx(data_shape, 2, DEV_CPU, 0, 0, DT_F32, &data));
+  CHECK(MXNDArrayCreateEx(&three, 1, DEV_GPU, 0, 0, DT_I64, &ids));
+  const float d[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const int64_t rows[3] = {0, 2, 9};
+  CHECK(MXNDArraySyncCopyFromCPU(data, d, 9));
+  CHECK(MXNDArraySyncCopyFromCPU(ids, rows, 3));
+  CHECK(MXNDArraySyncCopyFromNDArray(rsp, data, -1));
+  CHECK(MXNDArraySyncCopyFromNDArray(rsp, ids, 0));
+  expect_on_gpu(rsp, dev);
+  NDArrayHandle aux, vals;
+  CHECK(MXNDArrayGetAuxNDArray(rsp, 0, &aux));
+  CHECK(MXNDArrayGetDataNDArray(rsp, &vals));
+  expect_on_gpu(aux, dev);
+  expect_on_gpu(vals, dev);
+  int64_t got_ids[3] = {0};
+  float got[9] = {0};
+  CHECK(MXNDArraySyncCopyToCPU(aux, got_ids, 3));
+  CHECK(MXNDArraySyncCopyToCPU(vals, got, 9));
+  EXPECT(memcmp(got_ids, rows, sizeof rows) == 0 && memcmp(got, d, sizeof d) == 0);
+  memset(got, 0, sizeof got);
+  CHECK(MXNDArraySyncCopyToCPU(rsp, got, 9));
+  EXPECT(memcmp(got, d, sizeof d) == 0);
+  /* Unsorted ids are refused and change nothing. */
+  const int64_t bad[3] = {4, 2, 9};
+  CHECK(MXNDArraySyncCopyFromCPU(ids, bad, 3));
+  EXPECT(MXNDArraySyncCopyFromNDArray(rsp, ids, 0) == -1);
+  EXPECT(strstr(MXGetLastError(), "sorted and unique") != NULL);
+  MXNDArrayFree(aux);
+  CHECK(MXNDArrayGetAuxNDArray(rsp, 0, &aux));
+  CHECK(MXNDArraySyncCopyToCPU(aux, got_ids, 3));
+  EXPECT(memcmp(got_ids, rows, sizeof rows) == 0);
+  /* Its values and ids (on its GPU) fill a row_sparse array on gpu(0). */
+  NDArrayHandle back;
+  uint32_t zero = 0;
+  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_GPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &zero, &back));
+  CHECK(MXNDArraySyncCopyFromNDArray(back, vals, -1));
+  CHECK(MXNDArraySyncCopyFromNDArray(back, aux, 0));
+  expect_on_gpu(back, 0);
+  MXNDArrayFree(aux); MXNDArrayFree(vals);
+  CHECK(MXNDArrayGetAuxNDArray(back, 0, &aux));
+  CHECK(MXNDArrayGetDataNDArray(back, &vals));
+  expect_on_gpu(aux, 0);
+  expect_on_gpu(vals, 0);
+  memset(got_ids, 0, sizeof got_ids);
+  memset(got, 0, sizeof got);
+  CHECK(MXNDArraySyncCopyToCPU(aux, got_ids, 3));
+  CHECK(MXNDArraySyncCopyToCPU(vals, got, 9));
+  EXPECT(memcmp(got_ids, rows, sizeof rows) == 0 && memcmp(got, d, sizeof d) == 0);
+  MXNDArrayFree(aux); MXNDArrayFree(vals); MXNDArrayFree(back);
+  MXNDArrayFree(data); MXNDArrayFree(ids); MXNDArrayFree(rsp);
 }
 
 /* gpu mode only: C API behaviour that has no CPU counterpart (printed to stderr-free
@@ -236,16 +365,8 @@ static void api_checks(void) {
   if (!gpu_mode) { printf("api: ok\n"); return; }
   uint32_t n = 1 << 20;
   NDArrayHandle h = make_value(DT_F32, n, 0, 0);
-  void *ptr = NULL;
-  CHECK(MXNDArrayGetData(h, &ptr));
-  EXPECT(ptr != NULL);
-  void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  EXPECT(cuda != NULL);
-  typedef int (*attr_fn)(void *, int, unsigned long long);
-  attr_fn get_attr = (attr_fn)(uintptr_t)dlsym(cuda, "cuPointerGetAttribute");
-  EXPECT(get_attr != NULL);
-  unsigned int mem_type = 0; /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2; CU_MEMORYTYPE_DEVICE = 2 */
-  EXPECT(get_attr(&mem_type, 2, (unsigned long long)(uintptr_t)ptr) == 0 && mem_type == 2);
+  expect_on_gpu(h, 0);
+  row_sparse_api_checks();
   CHECK(MXNDArrayWaitToRead(h));
   CHECK(MXNDArrayWaitToWrite(h));
   uint64_t free_b = 0, total_b = 0;

@@ -30,6 +30,13 @@ pub fn download(dst: &mut [u8], src: DevicePtr) -> Result<(), String> {
     Ok(())
 }
 
+/// Copies `bytes` bytes from `src` to `dst` (device memory, on one device or two) and waits.
+pub fn copy_device(dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<(), String> {
+    let mut q = Queue::new();
+    q.copy(Place::Device(dst), Place::Device(src), bytes);
+    q.wait()
+}
+
 /// Sets `n` elements of `dtype` at `dst` to the element whose bytes are `element`, and waits.
 pub fn fill(dst: DevicePtr, dtype: crate::base::DType, element: &[u8], n: u64) -> Result<(), String> {
     let mut value = [0u8; 8];

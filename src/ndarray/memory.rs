@@ -31,6 +31,37 @@ impl Memory {
         })
     }
 
+    /// `len` zero bytes for a sparse array's values or aux array on `ctx`: a GPU's memory on a
+    /// GPU context, otherwise pageable host memory (sparse arrays on host contexts stay
+    /// ordinary host buffers).
+    pub fn zeroed_sparse(ctx: Context, len: usize) -> Result<Memory> {
+        match ctx.dev_type {
+            DeviceType::Gpu => Memory::zeroed(ctx, len),
+            _ => Ok(Memory::Host(Buffer::zeroed(len)?)),
+        }
+    }
+
+    /// `bytes` held where a sparse array on `ctx` keeps them: the buffer itself on a host
+    /// context; uploaded into new device memory (and waited for) on a GPU context.
+    pub fn holding_sparse(ctx: Context, bytes: Buffer) -> Result<Memory> {
+        if ctx.dev_type != DeviceType::Gpu {
+            return Ok(Memory::Host(bytes));
+        }
+        let device = DeviceMemory::zeroed(ctx.dev_id, bytes.len()).map_err(crate::Error::new)?;
+        crate::gpu::transfer::upload(device.ptr(), bytes.bytes()).map_err(crate::Error::new)?;
+        Ok(Memory::Device(device))
+    }
+
+    /// A host copy of the bytes (downloaded, and waited for, from device memory).
+    pub fn to_host(&self) -> Result<Buffer> {
+        let mut out = Buffer::zeroed(self.len())?;
+        match self {
+            Memory::Device(d) => crate::gpu::transfer::download(out.bytes_mut(), d.ptr()).map_err(crate::Error::new)?,
+            _ => out.bytes_mut().copy_from_slice(self.bytes()),
+        }
+        Ok(out)
+    }
+
     /// `len` zero bytes of pinned staging memory from the pool (host memory without a driver):
     /// the host side of a GPU array's copy.
     pub fn staging(len: usize) -> Result<Memory> {

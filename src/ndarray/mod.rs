@@ -1,5 +1,5 @@
 //! NDArrays: views (shape, dtype, context, storage type, offset) over shared, engine-ordered
-//! chunks of host memory. A view is cheap to clone; clones share memory, as MXNet's do.
+//! chunks of host, pinned or GPU memory. A view is cheap to clone; clones share memory, as MXNet's do.
 
 
 mod context;
@@ -14,7 +14,7 @@ mod storage;
 pub use crate::base::{Context, DeviceType};
 pub use crate::base::{DType, ALL_DTYPES};
 pub use memory::Memory;
-pub use row_sparse::Rows;
+pub use row_sparse::{DeviceRows, Rows};
 pub(crate) use row_ids::ids_of as row_ids_of;
 pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
 
@@ -219,15 +219,31 @@ impl NDArray {
         engine().wait_to_write(self.var())
     }
 
-    /// Where the view starts in a GPU's memory, for a dense GPU array.
+    /// Where the view starts in a GPU's memory, for a dense GPU array (`None` for sparse
+    /// arrays: their values are not the view's elements; see [`NDArray::values_device_ptr`]).
     pub fn device_ptr(&self) -> Option<crate::gpu::DevicePtr> {
+        if self.stype != StorageType::Default {
+            return None;
+        }
         let start = self.byte_range().start;
         self.chunk.payload.read_recursive().data.device_ptr().map(|p| p.offset(start))
+    }
+
+    /// Where the values held start in a GPU's memory (a dense view, or a sparse array's
+    /// stored values), for a GPU array.
+    pub fn values_device_ptr(&self) -> Option<crate::gpu::DevicePtr> {
+        match self.stype {
+            StorageType::Default => self.device_ptr(),
+            _ => self.chunk.payload.read_recursive().data.device_ptr(),
+        }
     }
 
     /// Where a GPU copy reads or writes the view: its device memory or its pinned host
     /// memory; `None` for pageable host memory (staged through the pinned pool). Dense only.
     pub fn copy_place(&self) -> Option<crate::gpu::Place> {
+        if self.stype != StorageType::Default {
+            return None;
+        }
         let start = self.byte_range().start;
         let payload = self.chunk.payload.read_recursive();
         match &payload.data {
@@ -270,8 +286,11 @@ impl NDArray {
         Ok(out)
     }
 
-    /// Whether the values live in a GPU's memory (dense GPU arrays; sparse values on a GPU
-    /// context are held on the host).
+    /// Whether this is a dense array whose values live in a GPU's memory: what the GPU
+    /// backend copies with the driver and stages through dense pinned mirrors. Sparse arrays
+    /// on a GPU context hold their values and aux arrays in the GPU's memory too, but their
+    /// size changes with their rows: host code reads and replaces them through
+    /// [`NDArray::rows_now`] and [`NDArray::set_rows_now`], which download and upload.
     pub fn on_device(&self) -> bool {
         self.ctx.dev_type == DeviceType::Gpu && self.stype == StorageType::Default
     }
@@ -281,7 +300,7 @@ impl NDArray {
         engine().run_sync(&[], &[self.var()], || {
             let len = self.data_byte_len();
             crate::ensure!(len == bytes.len(), "memory size mismatch: the array holds {len} bytes, {} given", bytes.len());
-            if let Some(dst) = self.device_ptr() {
+            if let Some(dst) = self.values_device_ptr() {
                 return crate::gpu::transfer::upload(dst, bytes).map_err(crate::Error::new);
             }
             self.write_bytes(|dst| dst.copy_from_slice(bytes));
@@ -294,7 +313,7 @@ impl NDArray {
         engine().run_sync(&[self.var()], &[], || {
             let len = self.data_byte_len();
             crate::ensure!(len == out.len(), "memory size mismatch: the array holds {len} bytes, {} requested", out.len());
-            if let Some(src) = self.device_ptr() {
+            if let Some(src) = self.values_device_ptr() {
                 return crate::gpu::transfer::download(out, src).map_err(crate::Error::new);
             }
             self.read_bytes(|src| out.copy_from_slice(src));

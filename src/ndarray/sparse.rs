@@ -2,7 +2,7 @@
 //! The store's sparse operations build on these.
 
 use crate::base::buffer::Buffer;
-use super::{checked_size, shape_string, AuxData, Context, DType, NDArray, Payload, StorageType};
+use super::{checked_size, shape_string, AuxData, Context, DType, Memory, NDArray, Payload, StorageType};
 use crate::engine::engine;
 use crate::error::Result;
 use crate::base::cast;
@@ -15,6 +15,18 @@ fn storage_shape_of(stype: StorageType, shape: &[usize], aux: &[(DType, Vec<usiz
         StorageType::RowSparse => std::iter::once(first(0)).chain(shape.iter().skip(1).copied()).collect(),
         StorageType::Csr => vec![first(1)],
     }
+}
+
+/// A new dense array on `ctx` holding a copy of `memory` (a sparse array's values or aux
+/// array): copied within the GPU for device memory, else from the host bytes.
+fn dense_copy_of(memory: &Memory, shape: &[usize], ctx: Context, dtype: DType) -> Result<NDArray> {
+    let Memory::Device(d) = memory else { return NDArray::with_bytes(shape, ctx, dtype, memory.bytes()) };
+    let out = NDArray::zeros(shape, ctx, dtype)?;
+    match out.device_ptr() {
+        Some(dst) => crate::gpu::transfer::copy_device(dst, d.ptr(), d.len()).map_err(crate::Error::new)?,
+        None => out.write_bytes(|b| crate::gpu::transfer::download(b, d.ptr())).map_err(crate::Error::new)?,
+    }
+    Ok(out)
 }
 
 impl NDArray {
@@ -47,11 +59,12 @@ impl NDArray {
         for (i, (adt, ashape)) in aux.iter().enumerate() {
             crate::ensure!(adt.is_integer() && *adt != DType::Bool, "aux {i} must have an integer dtype, not {}", adt.name());
             crate::ensure!(ashape.len() == 1, "aux {i} must be 1-D, shape {} given", shape_string(ashape));
-            aux_data.push(AuxData { dtype: *adt, shape: ashape.clone(), data: Buffer::zeroed(ashape[0] * adt.size())? });
+            let len = checked_size(ashape)? * adt.size();
+            aux_data.push(AuxData { dtype: *adt, shape: ashape.clone(), data: Memory::zeroed_sparse(ctx, len)? });
         }
         let storage_shape = storage_shape_of(stype, shape, aux);
-        let data = Buffer::zeroed(checked_size(&storage_shape)? * dtype.size())?;
-        let payload = Payload { data: data.into(), storage_shape, aux: aux_data };
+        let data = Memory::zeroed_sparse(ctx, checked_size(&storage_shape)? * dtype.size())?;
+        let payload = Payload { data, storage_shape, aux: aux_data };
         Ok(NDArray::from_payload(payload, shape, ctx, dtype, stype))
     }
 
@@ -79,20 +92,23 @@ impl NDArray {
         Ok(self.chunk.payload.read_recursive().aux[i].dtype)
     }
 
-    /// A dense copy of aux array `i`, after pending writes.
+    /// A dense copy of aux array `i` on the array's context (a GPU array's: copied on the
+    /// GPU), after pending writes, as MXNet's `aux_ndarray`.
     pub fn aux_ndarray(&self, i: usize) -> Result<NDArray> {
         self.check_aux_index(i)?;
         engine().run_sync(&[self.var()], &[], || {
             let payload = self.chunk.payload.read_recursive();
             let aux = &payload.aux[i];
-            NDArray::with_bytes(&aux.shape, self.ctx(), aux.dtype, aux.data.bytes())
+            dense_copy_of(&aux.data, &aux.shape, self.ctx(), aux.dtype)
         })?
     }
 
-    /// A dense copy of the stored values, after pending writes.
+    /// A dense copy of the stored values on the array's context, after pending writes, as
+    /// MXNet's `data_ndarray`.
     pub fn data_ndarray(&self) -> Result<NDArray> {
         engine().run_sync(&[self.var()], &[], || {
-            self.read_bytes(|s| NDArray::with_bytes(&self.storage_shape(), self.ctx(), self.dtype(), s))
+            let payload = self.chunk.payload.read_recursive();
+            dense_copy_of(&payload.data, &payload.storage_shape, self.ctx(), self.dtype())
         })?
     }
 
@@ -113,8 +129,9 @@ impl NDArray {
         engine().run_sync(&[src.var()], &[self.var()], || {
             let mut data = Buffer::zeroed(src.size() * self.dtype().size())?;
             src.read_bytes(|s| cast(src.dtype(), s, self.dtype(), data.bytes_mut()));
+            let data = Memory::holding_sparse(self.ctx(), data)?;
             let mut payload = self.chunk.payload.write();
-            payload.data = data.into();
+            payload.data = data;
             payload.storage_shape = src.shape().to_vec();
             Ok(())
         })?
@@ -137,6 +154,7 @@ impl NDArray {
                 let ids = super::row_ids::ids_of(dtype, data.bytes(), src.size())?;
                 super::row_ids::check_row_ids(&ids, self.shape().first().copied().unwrap_or(0))?;
             }
+            let data = Memory::holding_sparse(self.ctx(), data)?;
             payload.aux[i] = AuxData { dtype, shape: src.shape().to_vec(), data };
             Ok(())
         })?

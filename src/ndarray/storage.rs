@@ -1,6 +1,5 @@
 //! Storage types, with MXNet's frozen codes, and the chunk that holds an array's memory.
 
-use crate::base::buffer::Buffer;
 use super::DType;
 use crate::engine::Var;
 use crate::error::Result;
@@ -52,22 +51,24 @@ impl StorageType {
     }
 }
 
-/// One aux array of a sparse value (indices, indptr).
-#[derive(Debug, Clone)]
+/// One aux array of a sparse value (indices, indptr), held where the values are: host
+/// memory on host contexts, the GPU's memory on a `gpu(i)` context (as MXNet keeps a GPU
+/// row_sparse array's row ids on the GPU).
+#[derive(Debug)]
 pub struct AuxData {
     /// Element type of the aux array.
     pub dtype: DType,
     /// Its shape (1-D).
     pub shape: Vec<usize>,
     /// Its bytes.
-    pub data: Buffer,
+    pub data: super::Memory,
 }
 
 /// What a chunk holds: the value bytes and, for sparse arrays, the aux arrays and the shape
 /// of the stored values (`storage_shape`), which changes as rows are added.
 #[derive(Debug)]
 pub struct Payload {
-    /// Value bytes (on the host, or a GPU's for dense GPU arrays).
+    /// Value bytes (on the host, or a GPU's for GPU arrays of every storage type).
     pub data: super::Memory,
     /// Shape of `data`: equal to the array's shape when dense; `(rows stored, ...)` when sparse.
     pub storage_shape: Vec<usize>,

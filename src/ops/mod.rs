@@ -21,7 +21,7 @@ pub use registry::{all_names, all_ops, lookup, OpRef};
 
 use crate::engine::{engine, Var};
 use crate::error::Result;
-use crate::ndarray::{Context, NDArray};
+use crate::ndarray::{Context, NDArray, StorageType};
 use params::Params;
 use values::Dense;
 
@@ -39,7 +39,8 @@ pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given
         }
     }
     if let (kernel::Kernel::CopyTo, [src], Some([Some(dst)])) = (kernel, inputs, given) {
-        if src.on_device() || dst.on_device() {
+        let dense = src.stype() == StorageType::Default && dst.stype() == StorageType::Default;
+        if dense && (src.on_device() || dst.on_device()) {
             // `x.copyto(gpu)`: a driver copy on the GPU (a cast within one GPU is staged).
             crate::backend::for_context(dst.ctx()).copy_sync(src, dst)?;
             return Ok(vec![dst.clone()]);

@@ -3,12 +3,14 @@
 //! buffers) run as kernels on the sum's GPU ([`sum`]), and so do compressed sums whose values,
 //! residuals and merge buffer share a GPU ([`compress`]); other compressed sums, casts, row_sparse work
 //! and sums into host memory (the `local` store: MXNet's CommCPU sums on the CPU too) are
-//! staged through pinned host memory and run by the host backend ([`staged`]). Both keep
+//! staged through pinned host memory and run by the host backend ([`staged`]; a GPU
+//! row_sparse array's rows move between its GPU and a host mirror by [`rows`]). Both keep
 //! MXNet's association orders bit for bit. Every op completes from CUDA events through the
 //! engine's `push_async`: workers never block on the GPU.
 
 mod compress;
 mod copy;
+mod rows;
 mod staged;
 mod sum;
 
@@ -26,9 +28,10 @@ pub(crate) struct Gpu;
 /// The one GPU backend.
 pub(crate) static GPU: Gpu = Gpu;
 
-/// Whether any of `arrays` lives in a GPU's memory (the host backend hands such jobs here).
+/// Whether any of `arrays` lives in a GPU's memory, dense or row_sparse (the host backend
+/// hands such jobs here).
 pub(crate) fn touches_device<'a>(mut arrays: impl Iterator<Item = &'a NDArray>) -> bool {
-    arrays.any(NDArray::on_device)
+    arrays.any(|a| a.on_device() || rows::is_device_row_sparse(a))
 }
 
 /// The profiler span of a GPU op (an `Op` row from the worker's enqueue to the event firing,

@@ -566,12 +566,14 @@ impl Worker {
     /// holding them; the output gets exactly those rows. One output per key, as MXNet.
     pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
         crate::ensure!(keys.len() == outs.len() && keys.len() == row_ids.len(), "{} keys, {} outputs and {} row id arrays", keys.len(), outs.len(), row_ids.len());
+        // Row ids on a GPU are read on the host: copied (after pending writes) before the lock.
+        let row_ids = row_ids.iter().map(NDArray::readable_on_host).collect::<Result<Vec<_>>>()?;
         let jobs = {
             let mut state = self.state.lock();
             let ids = state.keys.lookup(&keys)?;
             let mut seen = std::collections::HashSet::new();
             let mut jobs = Vec::with_capacity(ids.len());
-            for (i, ((id, out), rid)) in ids.iter().zip(outs).zip(row_ids).enumerate() {
+            for (i, ((id, out), rid)) in ids.iter().zip(outs).zip(&row_ids).enumerate() {
                 let Some(meta) = state.meta.get(id) else { crate::bail!("key {} has not been inited", keys.display(i)) };
                 let shown = Self::shown(&state.keys, *id);
                 crate::ensure!(meta.sparse(), "PullRowSparse expects a row_sparse key; key {shown} holds a default value");
