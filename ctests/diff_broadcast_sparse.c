@@ -8,18 +8,7 @@
 
 /* A (ROWS, COLS) row_sparse float32 array holding rows `ids` = `vals`. */
 static NDArrayHandle rsp(uint32_t nnr, const int64_t *ids, const float *vals) {
-  uint32_t shape[2] = {ROWS, COLS}, aux_ndim = 1, aux_shape = nnr;
-  int aux_type = DT_I64;
-  NDArrayHandle h, v, i;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
-  v = f32_matrix(nnr, COLS, vals, 0);
-  CHECK(MXNDArrayCreateEx(&nnr, 1, DEV_CPU, 0, 0, DT_I64, &i));
-  CHECK(MXNDArraySyncCopyFromCPU(i, ids, nnr));
-  CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
-  CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
-  CHECK(MXNDArrayFree(v));
-  CHECK(MXNDArrayFree(i));
-  return h;
+  return rsp_f32_on(ROWS, COLS, nnr, ids, vals, 0);
 }
 
 static NDArrayHandle empty_rsp(void) {

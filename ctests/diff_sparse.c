@@ -10,21 +10,7 @@
 
 /* A (ROWS, COLS) row_sparse float32 array with rows `ids` holding `vals`. */
 static NDArrayHandle rsp(int nnr, const int64_t *ids, const float *vals, int dev) {
-  uint32_t shape[2] = {ROWS, COLS}, aux_ndim = 1, aux_shape = (uint32_t)nnr;
-  int aux_type = DT_I64;
-  NDArrayHandle h;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, dev, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
-  if (nnr > 0) {
-    NDArrayHandle v = f32_matrix((uint32_t)nnr, COLS, vals, dev), i;
-    uint32_t n = (uint32_t)nnr;
-    CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, dev, 0, DT_I64, &i));
-    CHECK(MXNDArraySyncCopyFromCPU(i, ids, n));
-    CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
-    CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
-    CHECK(MXNDArrayFree(v));
-    CHECK(MXNDArrayFree(i));
-  }
-  return h;
+  return rsp_f32_on(ROWS, COLS, (uint32_t)nnr, ids, vals, dev);
 }
 
 static NDArrayHandle dense(float v) {

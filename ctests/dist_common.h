@@ -234,21 +234,7 @@ static inline float f32_all(NDArrayHandle h) {
 /* A (rows, cols) row_sparse float32 array holding rows ids[0..nnr), their values in vals
  * (nnr * cols, row-major). */
 static inline NDArrayHandle rsp_f32(uint32_t rows, uint32_t cols, int nnr, const int64_t *ids, const float *vals) {
-  uint32_t shape[2] = {rows, cols}, aux_ndim = 1, aux_shape = (uint32_t)nnr;
-  int aux_type = DT_I64;
-  NDArrayHandle h;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
-  if (nnr > 0) {
-    uint32_t n = (uint32_t)nnr;
-    NDArrayHandle v = f32_matrix(n, cols, vals, 0), i;
-    CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_I64, &i));
-    CHECK(MXNDArraySyncCopyFromCPU(i, ids, n));
-    CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
-    CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
-    CHECK(MXNDArrayFree(v));
-    CHECK(MXNDArrayFree(i));
-  }
-  return h;
+  return rsp_f32_on(rows, cols, (uint32_t)nnr, ids, vals, 0);
 }
 
 #endif

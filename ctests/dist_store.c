@@ -62,22 +62,9 @@ static void expect_all(NDArrayHandle h, uint32_t n, float want, int line) {
  * rows ids[0..nnr), every value `value`: values and ids copied in from arrays on the same
  * context. */
 static NDArrayHandle rsp_value(int nnr, const int64_t *ids, float value) {
-  uint32_t shape[2] = {8, 2}, aux_ndim = 1, aux_shape = (uint32_t)nnr, n = (uint32_t)nnr, dshape[2] = {n, 2};
-  int aux_type = DT_I64;
-  NDArrayHandle h, v, i;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
-  if (nnr == 0) return h;
   float vals[16];
   for (int j = 0; j < 2 * nnr; j++) vals[j] = value;
-  CHECK(MXNDArrayCreateEx(dshape, 2, DEV_CPU, 0, 0, DT_F32, &v));
-  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_I64, &i));
-  CHECK(MXNDArraySyncCopyFromCPU(v, vals, 2 * n));
-  CHECK(MXNDArraySyncCopyFromCPU(i, ids, n));
-  CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
-  CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
-  CHECK(MXNDArrayFree(v));
-  CHECK(MXNDArrayFree(i));
-  return h;
+  return rsp_f32_on(8, 2, (uint32_t)nnr, ids, vals, 0);
 }
 
 static void pull1(KVStoreHandle kv, int key, NDArrayHandle out) {

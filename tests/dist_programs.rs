@@ -54,20 +54,7 @@ fn compile(name: &str) -> PathBuf {
 fn compile_with(name: &str, suffix: &str, flags: &[&str]) -> PathBuf {
     let library = plugin_dir();
     let exe = library.join(format!("ctest-{name}{suffix}"));
-    let out = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-I"])
-        .arg(root().join("include"))
-        .args(flags)
-        .arg(root().join("ctests").join(format!("{name}.c")))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(&library)
-        .args(["-lkvstore", "-lm"])
-        .arg(format!("-Wl,-rpath,{}", library.display()))
-        .output()
-        .expect("run cc");
-    assert!(out.status.success(), "cc {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    common::compile_ctest(name, &exe, &library, flags, &["-lm"]);
     exe
 }
 

@@ -44,8 +44,10 @@ pub fn arange(params: &Params, name: &str) -> Result<Dense> {
             fill_by_index(typed_mut::<f32>(bytes), repeat, |q| start + q as f32 * step);
         }
         DType::Float64 => fill_by_index(typed_mut::<f64>(bytes), repeat, |q| start + q as f64 * step),
-        DType::Float16 => fill_half::<half::f16>(typed_mut(bytes), repeat, start, step),
-        DType::Bfloat16 => fill_half::<half::bf16>(typed_mut(bytes), repeat, start, step),
+        // MXNet casts start and step through an integer for every type that is not signed by
+        // `std::is_signed`, which its 16-bit float classes are not: (1, 2, 0.3) is 1, 1, 1, 1.
+        DType::Float16 => fill_half::<half::f16>(typed_mut(bytes), repeat, start.trunc(), step.trunc()),
+        DType::Bfloat16 => fill_half::<half::bf16>(typed_mut(bytes), repeat, start.trunc(), step.trunc()),
         _ => {
             // MXNet casts start and step to the element type (through an integer first for
             // unsigned types), then multiplies and adds in that type: wrapping arithmetic.
@@ -163,6 +165,9 @@ mod tests {
         assert_eq!(typed::<i64>(b.data.bytes())[..], [0, 0, 1, 1, 2, 2]);
         let c = arange(&params("_arange", &[("start", "5"), ("stop", "0"), ("step", "-2"), ("dtype", "int32")]), "_arange").unwrap();
         assert_eq!(typed::<i32>(c.data.bytes())[..], [5, 3, 1]);
+        let half = arange(&params("_arange", &[("start", "0.5"), ("stop", "7"), ("step", "1.7"), ("dtype", "float16")]), "_arange").unwrap();
+        let got: Vec<f32> = typed::<half::f16>(half.data.bytes()).iter().map(|h| h.to_f32()).collect();
+        assert_eq!(got, [0.0, 1.0, 2.0, 3.0]);
         let big = arange(&params("_arange", &[("start", "0"), ("stop", "793470"), ("dtype", "int64")]), "_arange").unwrap();
         assert_eq!(typed::<i64>(big.data.bytes())[793469], 793469);
         for bad in [[("start", "0"), ("stop", "4"), ("step", "0")], [("start", "4"), ("stop", "0"), ("step", "1")]] {

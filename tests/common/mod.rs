@@ -6,6 +6,27 @@ pub mod standin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Compiles `ctests/<name>.c` with `flags` into `exe`, linked to the libkvstore.so in
+/// `library` (found there at run time too) and then `libs`.
+#[allow(dead_code)] // not every test binary compiles C programs
+pub fn compile_ctest(name: &str, exe: &Path, library: &Path, flags: &[&str], libs: &[&str]) {
+    let out = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread", "-I"])
+        .arg(root().join("include"))
+        .args(flags)
+        .arg(root().join("ctests").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(exe)
+        .arg("-L")
+        .arg(library)
+        .arg("-lkvstore")
+        .args(libs)
+        .arg(format!("-Wl,-rpath,{}", library.display()))
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "compiling {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

@@ -38,20 +38,9 @@ pub fn build(name: &str, suffix: &str, flags: &[&str]) -> PathBuf {
     let dir = lib_dir().join("ctests");
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join(format!("{name}_{suffix}"));
-    let out = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O1", "-g", "-pthread", "-I"])
-        .arg(root().join("include"))
-        .args(flags)
-        .arg(root().join("ctests").join(format!("{name}.c")))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(lib_dir())
-        .arg("-lkvstore")
-        .arg(format!("-Wl,-rpath,{}", lib_dir().display()))
-        .output()
-        .expect("run cc");
-    assert!(out.status.success(), "compiling {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let mut all = vec!["-Wpedantic"];
+    all.extend_from_slice(flags);
+    super::compile_ctest(name, &exe, &lib_dir(), &all, &[]);
     exe
 }
 

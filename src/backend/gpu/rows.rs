@@ -37,18 +37,7 @@ struct Landing {
 
 /// Schedules `mirror = gpu` for every `(gpu, mirror)` pair, as one op.
 pub(super) fn push_downloads(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
-    if pairs.is_empty() {
-        return;
-    }
-    let held = pairs.clone();
-    let reads: Vec<&Var> = held.iter().map(|(s, _)| s.var()).collect();
-    let writes: Vec<&Var> = held.iter().map(|(_, d)| d.var()).collect();
-    engine().push_async(&reads, &writes, priority, move |_env, done| {
-        let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].0);
-        let mut q = Queue::new();
-        let landings = enqueue_all(&mut q, &pairs, enqueue_download);
-        finish(q, done, pairs, span, move || landings.into_iter().try_for_each(land));
-    });
+    push_copies(pairs, priority, Side::Source, enqueue_download, |landings| landings.into_iter().try_for_each(land));
 }
 
 fn enqueue_download(q: &mut Queue, src: &NDArray, mirror: &NDArray) -> Result<Landing> {
@@ -80,6 +69,29 @@ struct Install {
 
 /// Schedules `gpu = mirror` for every `(mirror, gpu)` pair, as one op.
 pub(super) fn push_uploads(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
+    push_copies(pairs, priority, Side::Destination, enqueue_upload, |installs| {
+        for i in installs {
+            i.dst.install_rows(i.id_dtype, i.rows, Memory::Device(i.ids), Memory::Device(i.values));
+        }
+        Ok(())
+    });
+}
+
+/// Which array of a pair the op's profiler row shows: the GPU one.
+enum Side {
+    Source,
+    Destination,
+}
+
+/// One op reading every pair's first array and writing its second: `enqueue` schedules each
+/// pair's copies, and `then` gets what they returned once all the copies finished.
+fn push_copies<T: Send + 'static>(
+    pairs: Vec<(NDArray, NDArray)>,
+    priority: i32,
+    shown: Side,
+    enqueue: fn(&mut Queue, &NDArray, &NDArray) -> Result<T>,
+    then: impl FnOnce(Vec<T>) -> Result<()> + Send + 'static,
+) {
     if pairs.is_empty() {
         return;
     }
@@ -87,15 +99,15 @@ pub(super) fn push_uploads(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
     let reads: Vec<&Var> = held.iter().map(|(s, _)| s.var()).collect();
     let writes: Vec<&Var> = held.iter().map(|(_, d)| d.var()).collect();
     engine().push_async(&reads, &writes, priority, move |_env, done| {
-        let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].1);
+        let gpu_side = |(s, d): &(NDArray, NDArray)| match shown {
+            Side::Source => s.clone(),
+            Side::Destination => d.clone(),
+        };
+        let bytes = pairs.iter().map(|(s, _)| s.data_byte_len()).sum();
+        let span = super::traced_span("gpu_copy", pairs.len(), bytes, &gpu_side(&pairs[0]));
         let mut q = Queue::new();
-        let installs = enqueue_all(&mut q, &pairs, enqueue_upload);
-        finish(q, done, pairs, span, move || {
-            for i in installs {
-                i.dst.install_rows(i.id_dtype, i.rows, Memory::Device(i.ids), Memory::Device(i.values));
-            }
-            Ok(())
-        });
+        let staged = enqueue_all(&mut q, &pairs, enqueue);
+        finish(q, done, pairs, span, move || then(staged));
     });
 }
 
