@@ -149,6 +149,15 @@ mod tests {
     }
 
     #[test]
+    fn plans_place_each_row_in_the_union_and_mark_its_first_contributor() {
+        let plan = plan_rows(&[&[1, 3], &[0, 3], &[3]]).unwrap();
+        assert_eq!(plan.rows, vec![0, 1, 3]);
+        assert_eq!(plan.positions, vec![vec![1, 2], vec![0, 2], vec![2]]);
+        assert_eq!(plan.first, vec![vec![1, 1], vec![1, 0], vec![0]]);
+        assert_eq!(retain_positions(&[1, 3, 8], &[0, 3, 8, 9]).unwrap(), vec![-1, 1, 2, -1]);
+    }
+
+    #[test]
     fn dense_and_row_sparse_convert_both_ways() {
         let mut dense = vec![9u8; 5 * 8];
         densify(8, &[1, 3], &bytes(&[1., 2., 3., 4.]), &mut dense);
