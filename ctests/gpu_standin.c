@@ -7,7 +7,10 @@
  *                reports the driver's error (ERROR, default CUDA_ERROR_ILLEGAL_ADDRESS) at the
  *                next wait on what it wrote; a key on the host is intact; nothing hangs;
  *   trace_loop   a steady push/pull loop of small keys on every GPU, printing the trace file's
- *                size before and after the measured iterations and the calling thread's id.
+ *                size before and after the measured iterations and the calling thread's id;
+ *   trace_rsp    row_sparse pushes of GPU values and row_sparse pulls into GPU outputs (row
+ *                ids on a GPU), printing the trace file's size around them and the biggest
+ *                row id array moved; checks the pulled rows.
  * Prints "<mode>: ok" on success. */
 #define _GNU_SOURCE
 #include "common.h"
@@ -141,14 +144,103 @@ static void trace_loop(void) {
   CHECK(MXKVStoreFree(kv));
 }
 
+/* A (rows, RSP_COLS) row_sparse float32 array on gpu(dev_id) holding rows ids[0..nnr), row r
+ * of it filled with base + r + column / 8. */
+#define RSP_COLS 64
+static NDArrayHandle rsp_on_gpu(int dev_id, uint32_t rows, uint32_t nnr, const int64_t *ids, float base) {
+  uint32_t shape[2] = {rows, RSP_COLS}, aux_ndim = 1, aux_shape = nnr, vshape[2] = {nnr, RSP_COLS};
+  int aux_type = DT_I64;
+  NDArrayHandle h, v, i;
+  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_GPU, dev_id, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
+  float *vals = malloc(sizeof(float) * nnr * RSP_COLS);
+  for (uint32_t r = 0; r < nnr; r++)
+    for (uint32_t c = 0; c < RSP_COLS; c++) vals[r * RSP_COLS + c] = base + (float)ids[r] + (float)c / 8.0f;
+  CHECK(MXNDArrayCreateEx(vshape, 2, DEV_GPU, dev_id, 0, DT_F32, &v));
+  CHECK(MXNDArraySyncCopyFromCPU(v, vals, (size_t)nnr * RSP_COLS));
+  CHECK(MXNDArrayCreateEx(&nnr, 1, DEV_GPU, dev_id, 0, DT_I64, &i));
+  CHECK(MXNDArraySyncCopyFromCPU(i, ids, nnr));
+  CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
+  CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
+  CHECK(MXNDArrayFree(v));
+  CHECK(MXNDArrayFree(i));
+  free(vals);
+  return h;
+}
+
+#define RSP_ROWS 1000
+#define RSP_NNR 100
+#define RSP_WANT 50
+static void trace_rsp(void) {
+  KVStoreHandle kv;
+  CHECK(MXKVStoreCreate("device", &kv));
+  int per_key = n_gpus > 1 ? n_gpus : 2, key = 0, vkeys[8];
+  int64_t ids[RSP_NNR], want_ids[RSP_WANT];
+  NDArrayHandle init, vals[8], outs[8], rids[8];
+  for (int r = 0; r < RSP_NNR; r++) ids[r] = 3 * r;
+  init = rsp_on_gpu(0, RSP_ROWS, RSP_NNR, ids, 0.0f);
+  CHECK(MXKVStoreInit(kv, 1, &key, &init));
+  /* Each value holds every third row from its own start: overlapping, not equal, sets. */
+  for (int i = 0; i < per_key; i++) {
+    int64_t mine[RSP_NNR];
+    for (int r = 0; r < RSP_NNR; r++) mine[r] = 3 * r + 2 * i;
+    vkeys[i] = key;
+    vals[i] = rsp_on_gpu(i % n_gpus, RSP_ROWS, RSP_NNR, mine, (float)i);
+    outs[i] = rsp_on_gpu(i % n_gpus, RSP_ROWS, 0, ids, 0.0f);
+    /* Wanted rows, unsorted with repeats: 0, 7, 14, ... */
+    for (int r = 0; r < RSP_WANT; r++) want_ids[r] = (int64_t)(7 * ((r * 13) % RSP_WANT));
+    uint32_t n = RSP_WANT;
+    CHECK(MXNDArrayCreateEx(&n, 1, DEV_GPU, i % n_gpus, 0, DT_I64, &rids[i]));
+    CHECK(MXNDArraySyncCopyFromCPU(rids[i], want_ids, n));
+  }
+  CHECK(MXNDArrayWaitAll());
+  printf("tid=%ld\n", (long)syscall(SYS_gettid));
+  printf("steady_from=%ld\n", trace_size());
+  for (int it = 0; it < 2; it++) {
+    CHECK(MXKVStorePush(kv, (uint32_t)per_key, vkeys, vals, 0));
+    CHECK(MXKVStorePullRowSparse(kv, (uint32_t)per_key, vkeys, outs, (const NDArrayHandle *)rids, 0));
+  }
+  CHECK(MXNDArrayWaitAll());
+  printf("steady_to=%ld\n", trace_size());
+  /* The most row ids an array holds: the stored sum's, the union of the values' rows. */
+  printf("id_bytes=%d\n", (int)(per_key * RSP_NNR * sizeof(int64_t)));
+  /* The pulled rows are 0, 7, 14, ...; row 7r sums the values holding it (row - 2j a multiple of 3). */
+  for (int i = 0; i < per_key; i++) {
+    NDArrayHandle a, d;
+    CHECK(MXNDArrayGetAuxNDArray(outs[i], 0, &a));
+    CHECK(MXNDArrayGetDataNDArray(outs[i], &d));
+    int nd;
+    const int *dims;
+    CHECK(MXNDArrayGetShapeEx(a, &nd, &dims));
+    EXPECT(nd == 1 && dims[0] == RSP_WANT);
+    int64_t got_ids[RSP_WANT];
+    float *got = malloc(sizeof(float) * RSP_WANT * RSP_COLS);
+    CHECK(MXNDArraySyncCopyToCPU(a, got_ids, RSP_WANT));
+    CHECK(MXNDArraySyncCopyToCPU(d, got, (size_t)RSP_WANT * RSP_COLS));
+    for (int r = 0; r < RSP_WANT; r++) {
+      int row = 7 * r;
+      float expect = 0;
+      for (int j = 0; j < per_key; j++)
+        if ((row - 2 * j) >= 0 && (row - 2 * j) % 3 == 0 && (row - 2 * j) / 3 < RSP_NNR) expect += (float)j + (float)row + 5.0f / 8.0f;
+      EXPECT(got_ids[r] == row && got[r * RSP_COLS + 5] == expect);
+    }
+    free(got);
+    CHECK(MXNDArrayFree(a));
+    CHECK(MXNDArrayFree(d));
+  }
+  for (int i = 0; i < per_key; i++) { MXNDArrayFree(vals[i]); MXNDArrayFree(outs[i]); MXNDArrayFree(rids[i]); }
+  MXNDArrayFree(init);
+  CHECK(MXKVStoreFree(kv));
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: gpu_standin count|alloc_fail|async_fail|trace_loop\n"); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: gpu_standin count|alloc_fail|async_fail|trace_loop|trace_rsp\n"); return 2; }
   CHECK(MXGetGPUCount(&n_gpus));
   EXPECT(n_gpus > 0);
   if (!strcmp(argv[1], "count")) count();
   else if (!strcmp(argv[1], "alloc_fail")) alloc_fail();
   else if (!strcmp(argv[1], "async_fail")) async_fail(argc > 2 ? argv[2] : "CUDA_ERROR_ILLEGAL_ADDRESS");
   else if (!strcmp(argv[1], "trace_loop")) trace_loop();
+  else if (!strcmp(argv[1], "trace_rsp")) trace_rsp();
   else { fprintf(stderr, "unknown mode %s\n", argv[1]); return 2; }
   printf("%s: ok\n", argv[1]);
   return 0;

@@ -14,7 +14,9 @@
 //!   wait (an op's scratch), a faulting kernel or copy reported at the next wait on what it
 //!   wrote, other work intact;
 //! - the trace (`CUDA_STANDIN_TRACE`): a steady push/pull loop makes no driver call on the
-//!   calling thread, allocates no pinned memory, and launches one kernel per device per push.
+//!   calling thread, allocates no pinned memory, and launches one kernel per device per push;
+//!   row_sparse pushes of GPU values and pulls into GPU outputs run as `rsp_accumulate_float32`
+//!   and `rsp_gather` launches, and only row ids come to the host (no values downloaded).
 //!
 //! Every run asserts that `MXGetGPUCount` equals `CUDA_STANDIN_DEVICES` (a stand-in missing
 //! an entry point makes the driver look absent, which must fail here, never skip).
@@ -227,6 +229,42 @@ fn a_steady_push_pull_loop_stays_off_the_calling_thread_allocates_no_pinned_memo
             launches.len() >= pushes && launches.len() <= pushes * devices,
             "{devices} devices: {} launches for {pushes} pushes of small keys",
             launches.len()
+        );
+    }
+}
+
+#[test]
+fn row_sparse_sums_and_pulls_on_gpus_run_as_kernels_and_download_only_row_ids() {
+    for devices in [1, 2, 4] {
+        let trace = lib_dir().join(format!("gpu_standin_trace_rsp_{devices}.txt"));
+        let _ = std::fs::remove_file(&trace);
+        let trace_s = trace.to_string_lossy().into_owned();
+        let out = run(gpu_standin(), &["trace_rsp"], devices, &[("CUDA_STANDIN_TRACE", &trace_s)]);
+        assert_ok("gpu_standin trace_rsp", &out);
+        let stdout = text(&out);
+        let value = |key: &str| -> String {
+            stdout.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in:\n{stdout}")).to_string()
+        };
+        let (from, to): (usize, usize) = (value("steady_from=").parse().unwrap(), value("steady_to=").parse().unwrap());
+        let id_bytes: usize = value("id_bytes=").parse().unwrap();
+        let all = std::fs::read(&trace).unwrap();
+        let traced = String::from_utf8_lossy(&all[from..to]).into_owned();
+        let calls: Vec<(Call, usize)> = traced
+            .lines()
+            .filter_map(|l| {
+                let bytes = l.split(' ').find_map(|f| f.strip_prefix("bytes=")).and_then(|b| b.parse().ok()).unwrap_or(0);
+                parse(l).map(|c| (c, bytes))
+            })
+            .collect();
+        let kernels: Vec<&str> = calls.iter().filter(|(c, _)| c.name == "cuLaunchKernel").filter_map(|(c, _)| c.kernel).collect();
+        assert!(kernels.contains(&"rsp_accumulate_float32"), "{devices} devices: no row_sparse sum kernel: {kernels:?}");
+        assert!(kernels.contains(&"rsp_gather"), "{devices} devices: no row_sparse gather kernel: {kernels:?}");
+        // Downloads carry row ids only (at most `id_bytes` each): never a value's rows.
+        let downloads: Vec<usize> = calls.iter().filter(|(c, _)| c.name.starts_with("cuMemcpyDtoH")).map(|(_, b)| *b).collect();
+        assert!(!downloads.is_empty(), "{devices} devices: no row ids downloaded");
+        assert!(
+            downloads.iter().all(|&b| b <= id_bytes),
+            "{devices} devices: values downloaded to the host: {downloads:?}"
         );
     }
 }

@@ -1,7 +1,8 @@
 //! The launches of a dense sum on one device: a key's sum as `sum_<dtype>` launches cut by
 //! [`super::launch::sum_launches`] (the store's association, bit for bit), the small keys of a
 //! call in one `fused_sum` launch per device (its table staged through pinned memory), and
-//! `fill_<dtype>` for constant arrays.
+//! `fill_<dtype>` for constant arrays; the row_sparse kernels' launches (`rsp_accumulate_<dtype>`,
+//! `rsp_gather`), their plans made by the caller.
 
 use super::fused::{pack, SmallKey};
 use super::launch::{grid_blocks, sum_launches, MAX_SOURCES};
@@ -92,6 +93,49 @@ pub fn fill(q: &mut Queue, dst: DevicePtr, dtype: DType, value: [u8; 8], n: u64)
     let mut params: [*mut c_void; 3] = [(&mut d as *mut u64).cast(), v.as_mut_ptr().cast(), (&mut elems as *mut u64).cast()];
     let grid = grid_blocks(n, THREADS, sms(dst.ordinal));
     q.launch(dst.ordinal, &format!("fill_{}", dtype.name()), grid, THREADS, &mut params, Output { bytes: n as usize * dtype.size(), elements: n });
+}
+
+/// One input of a row_sparse sum (`kernels/row_sparse.cu`): its `n_rows` rows of `row_len`
+/// elements at `data` copied (`first[k]` non-zero) or added into row `out_pos[k]` of `out`
+/// (every address on `out`'s device).
+#[allow(clippy::too_many_arguments)]
+pub fn rsp_accumulate(q: &mut Queue, out: DevicePtr, data: DevicePtr, out_pos: DevicePtr, first: DevicePtr, n_rows: u64, row_len: u64, dtype: DType) {
+    let n = n_rows * row_len;
+    if n == 0 {
+        return;
+    }
+    let (mut o, mut d, mut p, mut f, mut rows, mut len) = (out.addr, data.addr, out_pos.addr, first.addr, n_rows, row_len);
+    let mut params: [*mut c_void; 6] = [
+        (&mut o as *mut u64).cast(),
+        (&mut d as *mut u64).cast(),
+        (&mut p as *mut u64).cast(),
+        (&mut f as *mut u64).cast(),
+        (&mut rows as *mut u64).cast(),
+        (&mut len as *mut u64).cast(),
+    ];
+    let grid = grid_blocks(n, THREADS, sms(out.ordinal));
+    let output = Output { bytes: n as usize * dtype.size(), elements: n };
+    q.launch(out.ordinal, &format!("rsp_accumulate_{}", dtype.name()), grid, THREADS, &mut params, output);
+}
+
+/// `out` row `k` (of `row_bytes`) = row `ids[k]` of the `n_rows` rows at `rows`, zeros for an
+/// id outside them (every address on `out`'s device).
+pub fn rsp_gather(q: &mut Queue, out: DevicePtr, rows: DevicePtr, ids: DevicePtr, n_ids: u64, n_rows: u64, row_bytes: u64) {
+    let n = n_ids * row_bytes;
+    if n == 0 {
+        return;
+    }
+    let (mut o, mut r, mut i, mut count, mut nr, mut rb) = (out.addr, rows.addr, ids.addr, n_ids, n_rows, row_bytes);
+    let mut params: [*mut c_void; 6] = [
+        (&mut o as *mut u64).cast(),
+        (&mut r as *mut u64).cast(),
+        (&mut i as *mut u64).cast(),
+        (&mut count as *mut u64).cast(),
+        (&mut nr as *mut u64).cast(),
+        (&mut rb as *mut u64).cast(),
+    ];
+    let grid = grid_blocks(n, THREADS, sms(out.ordinal));
+    q.launch(out.ordinal, "rsp_gather", grid, THREADS, &mut params, Output { bytes: n as usize, elements: n });
 }
 
 /// Gradient compression's two steps on one device (`kernels/compress.cu`): 2-bit (MXNet 1.9)

@@ -6,6 +6,7 @@ mod context;
 mod copy;
 mod memory;
 mod row_ids;
+pub(crate) use row_ids::check_row_ids;
 mod row_sparse;
 mod shape;
 mod sparse;

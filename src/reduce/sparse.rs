@@ -16,27 +16,68 @@ pub fn union_rows(inputs: &[&[i64]]) -> Result<Vec<i64>> {
     Ok(rows)
 }
 
+/// Where a sum of row_sparse values puts each input row: the union of the rows, and for each
+/// input, each of its rows' index in the union and whether the input is that row's first
+/// contributor (copied; later contributors are added, in input order). The GPU backend
+/// launches its kernels from this plan; [`sum_rows`] follows it on the host.
+pub struct RowPlan {
+    /// Sorted unique ids of all inputs.
+    pub rows: Vec<i64>,
+    /// Per input, per row: the row's index in `rows`.
+    pub positions: Vec<Vec<i64>>,
+    /// Per input, per row: 1 when the input is the row's first contributor, else 0.
+    pub first: Vec<Vec<u8>>,
+}
+
+/// The [`RowPlan`] of inputs with row ids `inputs` (each input's ids unique).
+pub fn plan_rows(inputs: &[&[i64]]) -> Result<RowPlan> {
+    let rows = union_rows(inputs)?;
+    let mut seen = try_filled(rows.len(), false)?;
+    let mut positions = try_with_capacity(inputs.len())?;
+    let mut first = try_with_capacity(inputs.len())?;
+    for ids in inputs {
+        let mut pos = try_with_capacity(ids.len())?;
+        let mut fst = try_with_capacity(ids.len())?;
+        for id in ids.iter() {
+            // Every id is in the union.
+            let at = rows.binary_search(id).unwrap_or_else(|at| at);
+            pos.push(at as i64);
+            fst.push(u8::from(!seen[at]));
+            seen[at] = true;
+        }
+        positions.push(pos);
+        first.push(fst);
+    }
+    Ok(RowPlan { rows, positions, first })
+}
+
 /// Σ of row_sparse values in `dtype`: the rows are the union of the inputs' rows; each row
 /// is summed in input order.
 pub fn sum_rows(dtype: DType, row_bytes: usize, inputs: &[(&[i64], &[u8])]) -> Result<(Vec<i64>, Buffer)> {
     let ids: Vec<&[i64]> = inputs.iter().map(|(r, _)| *r).collect();
-    let rows = union_rows(&ids)?;
-    let mut out = Buffer::zeroed(rows.len() * row_bytes)?;
-    let mut seen = try_filled(rows.len(), false)?;
-    for (ids, data) in inputs {
-        for (k, id) in ids.iter().enumerate() {
-            let Ok(at) = rows.binary_search(id) else { continue };
+    let plan = plan_rows(&ids)?;
+    let mut out = Buffer::zeroed(plan.rows.len() * row_bytes)?;
+    for (k_in, (_, data)) in inputs.iter().enumerate() {
+        for (k, (&at, &first)) in plan.positions[k_in].iter().zip(&plan.first[k_in]).enumerate() {
+            let at = at as usize;
             let src = &data[k * row_bytes..(k + 1) * row_bytes];
             let dst = &mut out.bytes_mut()[at * row_bytes..(at + 1) * row_bytes];
-            if seen[at] {
+            if first == 0 {
                 crate::with_element_type!(dtype, T => add_assign::<T>(typed_mut::<T>(dst), typed::<T>(src)));
             } else {
                 dst.copy_from_slice(src);
-                seen[at] = true;
             }
         }
     }
-    Ok((rows, out))
+    Ok((plan.rows, out))
+}
+
+/// For each wanted id, its index among the stored `ids` (sorted), or -1 when not stored: the
+/// positions [`retain`] copies from.
+pub fn retain_positions(ids: &[i64], want: &[i64]) -> Result<Vec<i64>> {
+    let mut out = try_with_capacity(want.len())?;
+    out.extend(want.iter().map(|id| ids.binary_search(id).map_or(-1, |at| at as i64)));
+    Ok(out)
 }
 
 fn add_assign<T: Element>(dst: &mut [T], src: &[T]) {
@@ -82,8 +123,8 @@ pub fn sparsify(row_bytes: usize, src: &[u8]) -> Result<(Vec<i64>, Buffer)> {
 /// ones are zeros.
 pub fn retain(row_bytes: usize, ids: &[i64], data: &[u8], want: &[i64]) -> Result<Buffer> {
     let mut out = Buffer::zeroed(want.len() * row_bytes)?;
-    for (k, id) in want.iter().enumerate() {
-        if let Ok(at) = ids.binary_search(id) {
+    for (k, at) in retain_positions(ids, want)?.into_iter().enumerate() {
+        if let Ok(at) = usize::try_from(at) {
             out.bytes_mut()[k * row_bytes..(k + 1) * row_bytes].copy_from_slice(&data[at * row_bytes..(at + 1) * row_bytes]);
         }
     }
@@ -105,6 +146,15 @@ mod tests {
         let (rows, out) = sum_rows(DType::Float32, 8, &[(&a_ids, &a), (&b_ids, &b)]).unwrap();
         assert_eq!(rows, vec![0, 1, 3]);
         assert_eq!(typed::<f32>(out.bytes()), &[10., 20., 1., 2., 33., 44.]);
+    }
+
+    #[test]
+    fn plans_place_each_row_in_the_union_and_mark_its_first_contributor() {
+        let plan = plan_rows(&[&[1, 3], &[0, 3], &[3]]).unwrap();
+        assert_eq!(plan.rows, vec![0, 1, 3]);
+        assert_eq!(plan.positions, vec![vec![1, 2], vec![0, 2], vec![2]]);
+        assert_eq!(plan.first, vec![vec![1, 1], vec![1, 0], vec![0]]);
+        assert_eq!(retain_positions(&[1, 3, 8], &[0, 3, 8, 9]).unwrap(), vec![-1, 1, 2, -1]);
     }
 
     #[test]

@@ -10,7 +10,9 @@ use crate::backend::MergePlacement;
 use crate::ndarray::{Context, DeviceType, NDArray, StorageType};
 
 /// The GPU of `id`'s merge buffer for a push of `vals`, if the sum is to land on one: a
-/// `device` store, dense values, several of them (or compressed ones), the placed context a GPU.
+/// `device` store, several values (or compressed ones), all dense or all row_sparse (MXNet's
+/// `merged_buf` of a row_sparse sum is on the merge buffer's context too), the placed context
+/// a GPU.
 pub(super) fn merge_gpu(
     placement: &mut MergePlacement,
     kind: StoreKind,
@@ -19,7 +21,8 @@ pub(super) fn merge_gpu(
     compressed: bool,
 ) -> Option<Context> {
     let reduces = vals.len() > 1 || compressed;
-    if kind != StoreKind::Device || !reduces || vals.iter().any(|v| v.stype() != StorageType::Default) {
+    let one_stype = [StorageType::Default, StorageType::RowSparse].into_iter().any(|st| vals.iter().all(|v| v.stype() == st));
+    if kind != StoreKind::Device || !reduces || !one_stype {
         return None;
     }
     if placement.needs_placement() {

@@ -476,12 +476,12 @@ impl KVStore {
                     // it with one of the sum's type (a dense key pushed row_sparse values
                     // becomes row_sparse).
                     // With values on GPUs the sum stays on its merge GPU and becomes the stored
-                    // value there, as MXNet's `local = merged`.
+                    // value there, as MXNet's `local = merged` (row_sparse sums too).
                     let want = if sparse_sum { StorageType::RowSparse } else { StorageType::Default };
                     let moves = merge_gpu.is_some_and(|gpu| entry.stored.ctx() != gpu);
                     if entry.stored.stype() != want || moves {
                         let new = match want {
-                            StorageType::RowSparse => NDArray::empty_row_sparse(shape, STORE_CONTEXT, dtype)?,
+                            StorageType::RowSparse => NDArray::empty_row_sparse(shape, merge_ctx, dtype)?,
                             _ => NDArray::zeros(shape, merge_ctx, dtype)?,
                         };
                         replaced = Some(new.clone());

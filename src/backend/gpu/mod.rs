@@ -1,8 +1,9 @@
 //! The GPU backend: jobs whose arrays live on GPUs (`gpu(i)` contexts). Copies run on the
 //! GPU as driver copies ([`copy`]); dense sums into GPU memory (the `device` store's merge
 //! buffers) run as kernels on the sum's GPU ([`sum`]), and so do compressed sums whose values,
-//! residuals and merge buffer share a GPU ([`compress`]); other compressed sums, casts, row_sparse work
-//! and sums into host memory (the `local` store: MXNet's CommCPU sums on the CPU too) are
+//! residuals and merge buffer share a GPU ([`compress`]), and so do row_sparse sums into a GPU
+//! row_sparse array and row_sparse pulls between GPU row_sparse arrays ([`rsp`]); other
+//! compressed sums, casts, other row_sparse work and sums into host memory (the `local` store: MXNet's CommCPU sums on the CPU too) are
 //! staged through pinned host memory and run by the host backend ([`staged`]; a GPU
 //! row_sparse array's rows move between its GPU and a host mirror by [`rows`]). Both keep
 //! MXNet's association orders bit for bit. Every op completes from CUDA events through the
@@ -11,6 +12,7 @@
 mod compress;
 mod copy;
 mod rows;
+mod rsp;
 mod staged;
 mod sum;
 
@@ -106,6 +108,10 @@ impl Backend for Gpu {
         if !native.is_empty() {
             sum::push_sums(order, values, native, priority);
         }
+        let (native, batch): (Vec<SumJob>, Vec<SumJob>) = batch.into_iter().partition(|j| rsp::is_native_sum(values, j));
+        if !native.is_empty() {
+            rsp::push_sums(values, native, priority);
+        }
         if batch.is_empty() {
             return;
         }
@@ -145,6 +151,9 @@ impl Backend for Gpu {
     }
 
     fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32) {
+        if rsp::is_native_pull(&pull) {
+            return rsp::push_pull(pull, priority);
+        }
         let out = pull.out.clone();
         let mut staging = Staging::default();
         let staged = staging.read(&pull.row_ids).and_then(|row_ids| {
