@@ -68,18 +68,20 @@ static inline NDArrayHandle f32_matrix(uint32_t rows, uint32_t cols, const float
 }
 
 /* Reads n float32 elements of h. */
-/* A (rows, cols) row_sparse float32 array on (DEV_CPU, dev_id) holding rows ids[0..nnr), their
+/* A (rows, cols) row_sparse float32 array on (dev_type, dev_id) holding rows ids[0..nnr), their
  * values in vals (nnr * cols, row-major): values and ids copied in from arrays on the same
  * context. */
-static inline NDArrayHandle rsp_f32_on(uint32_t rows, uint32_t cols, uint32_t nnr, const int64_t *ids,
-                                       const float *vals, int dev_id) {
-  uint32_t shape[2] = {rows, cols}, aux_ndim = 1, aux_shape = nnr;
+static inline NDArrayHandle rsp_f32_at(int dev_type, int dev_id, uint32_t rows, uint32_t cols, uint32_t nnr,
+                                       const int64_t *ids, const float *vals) {
+  uint32_t shape[2] = {rows, cols}, vshape[2] = {nnr, cols}, aux_ndim = 1, aux_shape = nnr;
   int aux_type = DT_I64;
   NDArrayHandle h;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_CPU, dev_id, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
+  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, dev_type, dev_id, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
   if (nnr > 0) {
-    NDArrayHandle v = f32_matrix(nnr, cols, vals, dev_id), i;
-    CHECK(MXNDArrayCreateEx(&nnr, 1, DEV_CPU, dev_id, 0, DT_I64, &i));
+    NDArrayHandle v, i;
+    CHECK(MXNDArrayCreateEx(vshape, 2, dev_type, dev_id, 0, DT_F32, &v));
+    CHECK(MXNDArraySyncCopyFromCPU(v, vals, (size_t)nnr * cols));
+    CHECK(MXNDArrayCreateEx(&nnr, 1, dev_type, dev_id, 0, DT_I64, &i));
     CHECK(MXNDArraySyncCopyFromCPU(i, ids, nnr));
     CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
     CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
@@ -87,6 +89,12 @@ static inline NDArrayHandle rsp_f32_on(uint32_t rows, uint32_t cols, uint32_t nn
     CHECK(MXNDArrayFree(i));
   }
   return h;
+}
+
+/* rsp_f32_at on (DEV_CPU, dev_id): cpu(dev_id), or gpu(dev_id) in the -DDEV_CPU=2 builds. */
+static inline NDArrayHandle rsp_f32_on(uint32_t rows, uint32_t cols, uint32_t nnr, const int64_t *ids,
+                                       const float *vals, int dev_id) {
+  return rsp_f32_at(DEV_CPU, dev_id, rows, cols, nnr, ids, vals);
 }
 
 static inline void f32_read(NDArrayHandle h, float *out, size_t n) {

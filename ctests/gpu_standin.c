@@ -148,21 +148,10 @@ static void trace_loop(void) {
  * of it filled with base + r + column / 8. */
 #define RSP_COLS 64
 static NDArrayHandle rsp_on_gpu(int dev_id, uint32_t rows, uint32_t nnr, const int64_t *ids, float base) {
-  uint32_t shape[2] = {rows, RSP_COLS}, aux_ndim = 1, aux_shape = nnr, vshape[2] = {nnr, RSP_COLS};
-  int aux_type = DT_I64;
-  NDArrayHandle h, v, i;
-  CHECK(MXNDArrayCreateSparseEx(1, shape, 2, DEV_GPU, dev_id, 0, DT_F32, 1, &aux_type, &aux_ndim, &aux_shape, &h));
   float *vals = malloc(sizeof(float) * nnr * RSP_COLS);
   for (uint32_t r = 0; r < nnr; r++)
     for (uint32_t c = 0; c < RSP_COLS; c++) vals[r * RSP_COLS + c] = base + (float)ids[r] + (float)c / 8.0f;
-  CHECK(MXNDArrayCreateEx(vshape, 2, DEV_GPU, dev_id, 0, DT_F32, &v));
-  CHECK(MXNDArraySyncCopyFromCPU(v, vals, (size_t)nnr * RSP_COLS));
-  CHECK(MXNDArrayCreateEx(&nnr, 1, DEV_GPU, dev_id, 0, DT_I64, &i));
-  CHECK(MXNDArraySyncCopyFromCPU(i, ids, nnr));
-  CHECK(MXNDArraySyncCopyFromNDArray(h, v, -1));
-  CHECK(MXNDArraySyncCopyFromNDArray(h, i, 0));
-  CHECK(MXNDArrayFree(v));
-  CHECK(MXNDArrayFree(i));
+  NDArrayHandle h = rsp_f32_at(DEV_GPU, dev_id, rows, RSP_COLS, nnr, ids, vals);
   free(vals);
   return h;
 }

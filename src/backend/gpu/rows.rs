@@ -58,13 +58,14 @@ fn land(l: Landing) -> Result<()> {
     l.mirror.set_rows_now(&ids, values)
 }
 
-/// What one upload installs: the GPU array and its new device memory.
-struct Install {
-    dst: NDArray,
-    id_dtype: DType,
-    rows: usize,
-    ids: DeviceMemory,
-    values: DeviceMemory,
+/// What one upload installs: the GPU array and its new device memory (also what a native
+/// row_sparse sum or pull installs, `super::rsp`).
+pub(super) struct Install {
+    pub(super) dst: NDArray,
+    pub(super) id_dtype: DType,
+    pub(super) rows: usize,
+    pub(super) ids: DeviceMemory,
+    pub(super) values: DeviceMemory,
 }
 
 /// Schedules `gpu = mirror` for every `(mirror, gpu)` pair, as one op.

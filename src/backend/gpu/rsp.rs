@@ -10,7 +10,7 @@
 //! host backend's bit for bit; a failure leaves the destination as it was and is reported by
 //! the next wait on it. Workers never wait for the GPU.
 
-use super::rows::is_device_row_sparse;
+use super::rows::{is_device_row_sparse, Install};
 use crate::backend::{RowSparsePull, SumJob};
 use crate::engine::{engine, OpDone, Var};
 use crate::error::{Error, Result};
@@ -133,15 +133,6 @@ fn take_ids(slot: Option<Slot>) -> Result<Vec<Vec<i64>>> {
         None => Ok(Vec::new()),
         Some(s) => s.lock().take().ok_or_else(|| Error::new("the row ids of a row_sparse op's GPU arrays could not be read")),
     }
-}
-
-/// A destination's new rows, installed when the work finished.
-struct Install {
-    dst: NDArray,
-    id_dtype: DType,
-    rows: usize,
-    ids: DeviceMemory,
-    values: DeviceMemory,
 }
 
 impl Install {
