@@ -104,18 +104,10 @@ pub fn rsp_accumulate(q: &mut Queue, out: DevicePtr, data: DevicePtr, out_pos: D
     if n == 0 {
         return;
     }
-    let (mut o, mut d, mut p, mut f, mut rows, mut len) = (out.addr, data.addr, out_pos.addr, first.addr, n_rows, row_len);
-    let mut params: [*mut c_void; 6] = [
-        (&mut o as *mut u64).cast(),
-        (&mut d as *mut u64).cast(),
-        (&mut p as *mut u64).cast(),
-        (&mut f as *mut u64).cast(),
-        (&mut rows as *mut u64).cast(),
-        (&mut len as *mut u64).cast(),
-    ];
     let grid = grid_blocks(n, THREADS, sms(out.ordinal));
     let output = Output { bytes: n as usize * dtype.size(), elements: n };
-    q.launch(out.ordinal, &format!("rsp_accumulate_{}", dtype.name()), grid, THREADS, &mut params, output);
+    let name = format!("rsp_accumulate_{}", dtype.name());
+    launch_words(q, out.ordinal, &name, grid, [out.addr, data.addr, out_pos.addr, first.addr, n_rows, row_len], output);
 }
 
 /// `out` row `k` (of `row_bytes`) = row `ids[k]` of the `n_rows` rows at `rows`, zeros for an
@@ -125,17 +117,18 @@ pub fn rsp_gather(q: &mut Queue, out: DevicePtr, rows: DevicePtr, ids: DevicePtr
     if n == 0 {
         return;
     }
-    let (mut o, mut r, mut i, mut count, mut nr, mut rb) = (out.addr, rows.addr, ids.addr, n_ids, n_rows, row_bytes);
-    let mut params: [*mut c_void; 6] = [
-        (&mut o as *mut u64).cast(),
-        (&mut r as *mut u64).cast(),
-        (&mut i as *mut u64).cast(),
-        (&mut count as *mut u64).cast(),
-        (&mut nr as *mut u64).cast(),
-        (&mut rb as *mut u64).cast(),
-    ];
     let grid = grid_blocks(n, THREADS, sms(out.ordinal));
-    q.launch(out.ordinal, "rsp_gather", grid, THREADS, &mut params, Output { bytes: n as usize, elements: n });
+    let output = Output { bytes: n as usize, elements: n };
+    launch_words(q, out.ordinal, "rsp_gather", grid, [out.addr, rows.addr, ids.addr, n_ids, n_rows, row_bytes], output);
+}
+
+/// Launches kernel `name` whose parameters are all 64-bit words (addresses and counts).
+fn launch_words<const N: usize>(q: &mut Queue, ordinal: i32, name: &str, grid: u32, mut words: [u64; N], output: Output) {
+    let mut params: [*mut c_void; N] = [std::ptr::null_mut(); N];
+    for (p, w) in params.iter_mut().zip(words.iter_mut()) {
+        *p = (w as *mut u64).cast();
+    }
+    q.launch(ordinal, name, grid, THREADS, &mut params, output);
 }
 
 /// Gradient compression's two steps on one device (`kernels/compress.cu`): 2-bit (MXNet 1.9)
