@@ -1,5 +1,8 @@
-//! The key-value store of MXNet's `local`, `device` and `nccl` types: init, push (sum, then
-//! updater or assignment), pull, push-pull and broadcast, with int or string keys.
+//! The key-value store of every MXNet type: init, push (sum, then updater or assignment),
+//! pull, push-pull and broadcast, with int or string keys. Each call is checked once, by the
+//! planner (`plan`, with the rules of the store's comm), before anything changes; then the
+//! store's values meet where its [`Comm`] says: here (`local`, `device`, `nccl`), or on the
+//! servers of a distributed store (`dist`).
 
 pub(crate) mod batch;
 mod comm;
@@ -14,7 +17,7 @@ mod turns;
 mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
-pub use comm::{Comm, StoreKind};
+pub use comm::{Comm, Rules, Servers, StoreKind};
 pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
 use crate::backend::{CompressedSumJob, GradientCompression, RowSparsePull, SumJob, SumOrder};
@@ -50,7 +53,6 @@ struct State {
     keys: KeyRegistry,
     entries: Entries,
     compression: Option<GradientCompression>,
-    barrier_before_exit: bool,
     /// Merge-buffer placement of a `device` store with GPU values.
     placement: crate::backend::MergePlacement,
     /// An `nccl` store's device set, once a push summing several values fixed it.
@@ -63,8 +65,6 @@ pub struct KVStore {
     comm: Box<dyn Comm>,
     state: Mutex<State>,
     updaters: RwLock<Updaters>,
-    /// A distributed store: every call goes to it.
-    dist: Option<dist::DistStore>,
 }
 
 impl std::fmt::Debug for KVStore {
@@ -77,20 +77,18 @@ impl KVStore {
     /// A store of MXNet type `type_name` (matched lower-cased, as MXNet does).
     pub fn new(type_name: &str) -> Result<KVStore> {
         let lower = type_name.to_lowercase();
-        let dist_mode = dist::dist_mode(&lower);
-        // A distributed store sends every call to `dist`; its comm only names its kind.
-        let comm = match dist_mode {
-            Some(_) => comm::for_name(if lower.contains("device") { "device" } else { "local" })?,
+        crate::ensure!(!lower.contains('\0'), "store type contains a NUL byte");
+        let comm: Box<dyn Comm> = match dist::dist_mode(&lower) {
+            Some(mode) => Box::new(dist::DistStore::new(mode)?),
             None => comm::for_name(&lower)?,
         };
-        Self::with_comm(lower, comm, dist_mode)
+        Self::with_comm(lower, comm)
     }
 
-    fn with_comm(lower: String, comm: Box<dyn Comm>, dist_mode: Option<dist::DistMode>) -> Result<KVStore> {
+    /// A store of type `lower` on `comm` (tests give it comms of their own).
+    pub(crate) fn with_comm(lower: String, comm: Box<dyn Comm>) -> Result<KVStore> {
         let type_name = CString::new(lower).map_err(|_| crate::Error::new("store type contains a NUL byte"))?;
-        let dist = dist_mode.map(dist::DistStore::new).transpose()?;
         Ok(KVStore {
-            dist,
             type_name,
             comm,
             state: Mutex::new(State::default()),
@@ -138,12 +136,11 @@ impl KVStore {
     /// Stores deep copies of `values` under new keys.
     pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
         let _trace = profiler::span(Class::Call, "init", || trace_args(&keys, values));
-        if let Some(d) = &self.dist {
-            return d.init(keys, values);
-        }
+        let servers = self.comm.servers("init")?;
         check_len(&keys, values.len())?;
+        let rules = self.comm.rules();
         let mut state = self.state.lock();
-        let State { keys: registry, entries, placement, .. } = &mut *state;
+        let State { keys: registry, entries, placement, compression, .. } = &mut *state;
         // New string keys are registered first (messages name them), and forgotten again if
         // the call fails: a failing init changes nothing.
         let mark = registry.mark();
@@ -153,6 +150,7 @@ impl KVStore {
                 nccl::check_dense(&ids, values, &Self::shown(registry), "value to initialise")?;
             }
             let plan = plan::plan_init(entries, &ids, &Self::shown(registry), values)?;
+            plan::check_init_rules(&rules, &plan, &Self::shown(registry))?;
             // Every stored value is made before any is stored.
             let stored = plan::new_stored_values(&plan, STORE_CONTEXT)?;
             entries.try_reserve(plan.len()).map_err(|_| crate::Error::out_of_memory("the store's key table"))?;
@@ -165,6 +163,18 @@ impl KVStore {
                 return Err(e);
             }
         };
+        if let Some(servers) = servers {
+            // The values go to the servers; this worker's buffers are filled by pulls.
+            let inits: Vec<(i32, NDArray, NDArray)> = plan.iter().filter_map(|(id, v)| stored.remove(id).map(|s| (*id, v.clone(), s))).collect();
+            if let Err(e) = servers.init(&inits, *compression) {
+                registry.rollback(mark);
+                return Err(e);
+            }
+            for (id, _, dst) in inits {
+                entries.insert(id, Entry::new(dst));
+            }
+            return Ok(());
+        }
         for (id, value) in plan {
             if let Some(dst) = stored.remove(&id) {
                 crate::backend::for_context(STORE_CONTEXT).copy_any(&value, &dst, 0);
@@ -179,18 +189,24 @@ impl KVStore {
     pub fn push(&self, keys: Keys, values: impl Into<Vec<NDArray>>, priority: i32) -> Result<()> {
         let values = values.into();
         let _trace = profiler::span(Class::Call, "push", || trace_args(&keys, &values));
-        if let Some(d) = &self.dist {
-            return d.push(keys, values, priority);
-        }
+        let servers = self.comm.servers("push")?;
         check_len(&keys, values.len())?;
+        if servers.is_some() {
+            self.comm.check_push_ready()?;
+        }
         let calls = {
             let mut state = self.state.lock();
             let ids = state.keys.lookup(&keys)?;
             if self.is_nccl() {
                 nccl::check_dense(&ids, &values, &Self::shown(&state.keys), "pushed value")?;
             }
-            let plan = plan::plan_push(&state.entries, &ids, &Self::shown(&state.keys), values)?;
-            plan::check_compressible(self.active_compression(&state), &state.entries, &plan, &Self::shown(&state.keys))?;
+            let plan = self.plan_push(&state, &ids, values)?;
+            if let Some(servers) = servers {
+                let jobs = remote_jobs(&state.entries, plan);
+                state.keys.fix_type(&keys);
+                servers.push(jobs, self.active_compression(&state), false, priority);
+                return Ok(());
+            }
             let devices = self.nccl_push(&state, &plan)?;
             let calls = self.schedule_push(&mut state, plan, priority, devices)?;
             state.keys.fix_type(&keys);
@@ -200,13 +216,31 @@ impl KVStore {
         Ok(())
     }
 
+    /// The planner's checks of a push, with the comm's rules and the compression's.
+    fn plan_push(&self, state: &State, ids: &[i32], values: Vec<NDArray>) -> Result<PushPlan> {
+        let shown = Self::shown(&state.keys);
+        let plan = plan::plan_push(&state.entries, ids, &shown, values)?;
+        plan::check_push_rules(&self.comm.rules(), &state.entries, &plan, &shown)?;
+        plan::check_compressible(self.active_compression(state), &state.entries, &plan, &shown)?;
+        Ok(plan)
+    }
+
+    /// The planner's checks of a pull, with the comm's rules.
+    fn plan_pull(&self, state: &State, ids: &[i32], outs: Vec<NDArray>, ignore_sparse: bool) -> Result<plan::PullPlan> {
+        let shown = Self::shown(&state.keys);
+        let rules = self.comm.rules();
+        crate::ensure!(ignore_sparse || !rules.pull_ignores_sparse, "dist kvstore pull doesn't support ignore_sparse=False");
+        let entries = &state.entries;
+        let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), ids, &shown, outs, ignore_sparse)?;
+        plan::check_pull_rules(&rules, &copies, &shown)?;
+        Ok(copies)
+    }
+
     /// Copies the stored values into `outs`; sparse outputs are skipped when `ignore_sparse`.
     pub fn pull(&self, keys: Keys, outs: impl Into<Vec<NDArray>>, priority: i32, ignore_sparse: bool) -> Result<()> {
         let outs = outs.into();
         let _trace = profiler::span(Class::Call, "pull", || trace_args(&keys, &outs));
-        if let Some(d) = &self.dist {
-            return d.pull(keys, outs, priority, ignore_sparse);
-        }
+        let servers = self.comm.servers("pull")?;
         check_len(&keys, outs.len())?;
         let mut state = self.state.lock();
         let ids = state.keys.lookup(&keys)?;
@@ -214,12 +248,16 @@ impl KVStore {
             nccl::check_ignore_sparse(ignore_sparse)?;
             nccl::check_dense(&ids, &outs, &Self::shown(&state.keys), "output")?;
         }
-        let entries = &state.entries;
-        let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), &ids, &Self::shown(&state.keys), outs, ignore_sparse)?;
+        let copies = self.plan_pull(&state, &ids, outs, ignore_sparse)?;
         if self.is_nccl() {
             nccl::check_pull(state.nccl.as_ref(), &copies, &Self::shown(&state.keys))?;
         }
         state.keys.fix_type(&keys);
+        if let Some(servers) = servers {
+            for (id, copy) in copies.ids.iter().zip(&copies.copies) {
+                servers.fetch(*id, &copy.src, priority);
+            }
+        }
         batch::copies(copies.outs, copies.copies, priority);
         Ok(())
     }
@@ -236,34 +274,45 @@ impl KVStore {
     ) -> Result<()> {
         let (values, outs) = (values.into(), outs.into());
         let _trace = profiler::span(Class::Call, "pushpull", || trace_args(&vkeys, &values));
-        if let Some(d) = &self.dist {
-            return d.push_pull(vkeys, values, okeys, outs, priority);
-        }
+        let servers = self.comm.servers("push-pull")?;
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
+        if servers.is_some() {
+            self.comm.check_push_ready()?;
+        }
+        let rules = self.comm.rules();
         let (calls, copies) = {
             let mut state = self.state.lock();
             let vids = state.keys.lookup(&vkeys)?;
             let oids = state.keys.lookup(&okeys)?;
-            let (plan, copies, devices) = {
+            crate::ensure!(
+                !rules.push_pull_same_keys || self.active_compression(&state).is_none(),
+                "Compression not supported with PushPull"
+            );
+            if self.is_nccl() {
                 let shown = Self::shown(&state.keys);
-                if self.is_nccl() {
-                    nccl::check_dense(&vids, &values, &shown, "pushed value")?;
-                    nccl::check_dense(&oids, &outs, &shown, "output")?;
-                }
-                let plan = plan::plan_push(&state.entries, &vids, &shown, values)?;
-                plan::check_compressible(self.active_compression(&state), &state.entries, &plan, &shown)?;
-                let entries = &state.entries;
-                let lookup = |id: i32| entries.get(&id).map(|e| e.stored.clone());
-                let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
-                // The pull is checked against the set as the push leaves it (MXNet pushes,
-                // then pulls).
-                let devices = self.nccl_push(&state, &plan)?;
-                if let Some(set) = &devices {
-                    nccl::check_pull(set.as_ref(), &copies, &shown)?;
-                }
-                (plan, copies, devices)
-            };
+                nccl::check_dense(&vids, &values, &shown, "pushed value")?;
+                nccl::check_dense(&oids, &outs, &shown, "output")?;
+            }
+            let plan = self.plan_push(&state, &vids, values)?;
+            let copies = self.plan_pull(&state, &oids, outs, true)?;
+            plan::check_push_pull_rules(&rules, &state.entries, &plan, &copies, &Self::shown(&state.keys))?;
+            if let Some(servers) = servers {
+                // Each key's updated value comes back with the push's answers into its buffer.
+                let jobs = remote_jobs(&state.entries, plan);
+                state.keys.fix_type(&vkeys);
+                state.keys.fix_type(&okeys);
+                servers.push(jobs, None, true, priority);
+                drop(state);
+                batch::copies(copies.outs, copies.copies, priority);
+                return Ok(());
+            }
+            // The pull is checked against the set as the push leaves it (MXNet pushes, then
+            // pulls).
+            let devices = self.nccl_push(&state, &plan)?;
+            if let Some(set) = &devices {
+                nccl::check_pull(set.as_ref(), &copies, &Self::shown(&state.keys))?;
+            }
             let calls = self.schedule_push(&mut state, plan, priority, devices)?;
             state.keys.fix_type(&vkeys);
             state.keys.fix_type(&okeys);
@@ -285,14 +334,13 @@ impl KVStore {
     ) -> Result<()> {
         let outs = outs.into();
         let _trace = profiler::span(Class::Call, "broadcast", || trace_args(&vkeys, values));
-        if let Some(d) = &self.dist {
-            return d.broadcast(vkeys, values, okeys, outs, priority);
-        }
+        let servers = self.comm.servers("broadcast")?;
         check_len(&vkeys, values.len())?;
         check_len(&okeys, outs.len())?;
+        let rules = self.comm.rules();
         let mut state = self.state.lock();
         let nccl = self.is_nccl();
-        let State { keys: registry, entries, placement, nccl: devices, .. } = &mut *state;
+        let State { keys: registry, entries, placement, nccl: devices, compression, .. } = &mut *state;
         let mark = registry.mark();
         let made = registry.register(&vkeys).and_then(|vids| {
             let oids = registry.lookup(&okeys)?;
@@ -302,10 +350,12 @@ impl KVStore {
                 nccl::check_dense(&oids, &outs, &shown, "output")?;
             }
             let inits = plan::plan_init(entries, &vids, &shown, values)?;
+            plan::check_init_rules(&rules, &inits, &shown)?;
             // Made before anything changes; stored with the value's storage type, as Init does.
             let stored = plan::new_stored_values(&inits, STORE_CONTEXT)?;
             let lookup = |id: i32| stored.get(&id).cloned().or_else(|| entries.get(&id).map(|e| e.stored.clone()));
             let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
+            plan::check_pull_rules(&rules, &copies, &shown)?;
             if nccl {
                 nccl::check_pull(devices.as_ref(), &copies, &shown)?;
             }
@@ -319,6 +369,23 @@ impl KVStore {
                 return Err(e);
             }
         };
+        if let Some(servers) = servers {
+            let sent: Vec<(i32, NDArray, NDArray)> = inits.iter().filter_map(|(id, v)| stored.get(id).map(|s| (*id, v.clone(), s.clone()))).collect();
+            if let Err(e) = servers.init(&sent, *compression) {
+                registry.rollback(mark);
+                return Err(e);
+            }
+            registry.fix_type(&okeys);
+            for (id, _, dst) in sent {
+                entries.insert(id, Entry::new(dst));
+            }
+            for (id, copy) in copies.ids.iter().zip(&copies.copies) {
+                servers.fetch(*id, &copy.src, priority);
+            }
+            drop(state);
+            batch::copies(copies.outs, copies.copies, priority);
+            return Ok(());
+        }
         registry.fix_type(&okeys);
         for (id, value) in &inits {
             if let Some(dst) = stored.get(id) {
@@ -333,31 +400,26 @@ impl KVStore {
 
     /// Installs the updaters (`None` resets to assignment).
     pub fn set_updaters(&self, updaters: Updaters) {
-        if let Some(d) = &self.dist {
-            d.set_updaters(&updaters);
-        }
+        self.comm.set_updaters(&updaters);
         *self.updaters.write() = updaters;
     }
 
     /// Installs only the int updater, keeping a string updater set earlier (as MXNet does).
     pub fn set_int_updater(&self, updater: Option<IntUpdater>) {
-        if let Some(d) = &self.dist {
-            d.set_int_updater(updater.clone());
-        }
-        self.updaters.write().int = updater;
+        let mut updaters = self.updaters.write();
+        updaters.int = updater;
+        self.comm.set_updaters(&updaters);
     }
 
-    /// Sets gradient compression (`2bit` as MXNet 1.9, `1bit` as MXNet 2.0). `device` stores
-    /// apply it to every push from now on; `local` stores accept it and ignore it, as MXNet's
-    /// CommCPU does.
+    /// Sets gradient compression (`2bit` as MXNet 1.9, `1bit` as MXNet 2.0). `device` and
+    /// distributed stores apply it to every push from now on; `local` stores accept it and
+    /// ignore it, as MXNet's CommCPU does.
     pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
-        if let Some(d) = &self.dist {
-            return d.set_gradient_compression(params);
-        }
         if self.is_nccl() {
             return Err(nccl::no_compression());
         }
         let gc = GradientCompression::from_params(params)?;
+        self.comm.set_compression(&gc)?;
         self.state.lock().compression = Some(gc);
         Ok(())
     }
@@ -371,9 +433,7 @@ impl KVStore {
     /// the row_sparse `outs[i]`: the output's rows are the sorted unique ids, absent rows zero.
     pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
         let _trace = profiler::span(Class::Call, "pull_row_sparse", || trace_args(&keys, outs));
-        if let Some(d) = &self.dist {
-            return d.pull_row_sparse(keys, outs, row_ids, priority);
-        }
+        let servers = self.comm.servers("row_sparse pull")?;
         check_len(&keys, outs.len())?;
         check_len(&keys, row_ids.len())?;
         if self.is_nccl() {
@@ -381,9 +441,17 @@ impl KVStore {
         }
         let mut state = self.state.lock();
         let ids = state.keys.lookup(&keys)?;
-        let plan = plan::plan_row_sparse_pull(&state.entries, &ids, &Self::shown(&state.keys), outs, row_ids)?;
+        let plan = {
+            let shown = Self::shown(&state.keys);
+            plan::check_row_sparse_pull_rules(&self.comm.rules(), &ids, &shown)?;
+            plan::plan_row_sparse_pull(&state.entries, &ids, &shown, outs, row_ids)?
+        };
         state.keys.fix_type(&keys);
-        for (stored, out, row_ids) in plan {
+        for ((stored, out, row_ids), id) in plan.into_iter().zip(ids) {
+            if let Some(servers) = servers {
+                // The wanted rows come into the key's buffer, which then holds exactly them.
+                servers.fetch_rows(id, &stored, &row_ids.readable_on_host()?, priority)?;
+            }
             crate::backend::for_context(out.ctx()).row_sparse_pull(RowSparsePull { stored, out, row_ids }, priority);
         }
         Ok(())
@@ -391,31 +459,29 @@ impl KVStore {
 
     /// Records whether freeing a distributed store waits at a barrier (no effect locally).
     pub fn set_barrier_before_exit(&self, barrier: bool) {
-        if let Some(d) = &self.dist {
-            d.set_barrier_before_exit(barrier);
-        }
-        self.state.lock().barrier_before_exit = barrier;
+        self.comm.set_barrier_before_exit(barrier);
     }
 
     /// Rank of this process in its group: 0 for local stores.
     pub fn rank(&self) -> i32 {
-        self.dist.as_ref().map_or_else(|| self.comm.rank(), |d| d.rank())
+        self.comm.rank()
     }
 
     /// Number of workers: 1 for local stores.
     pub fn group_size(&self) -> i32 {
-        self.dist.as_ref().map_or_else(|| self.comm.group_size(), |d| d.group_size())
+        self.comm.group_size()
     }
 
     /// Refuses a push that the distributed store would refuse whatever its values
     /// (`dist_async` without an updater on every server); `Ok` for local stores.
     pub fn check_push_ready(&self) -> Result<()> {
-        self.dist.as_ref().map_or(Ok(()), |d| d.check_push_ready())
+        self.comm.servers("push")?;
+        self.comm.check_push_ready()
     }
 
     /// Waits until every worker has reached the barrier (at once for local stores).
     pub fn barrier(&self) -> Result<()> {
-        self.dist.as_ref().map_or_else(|| self.comm.barrier(), |d| d.barrier())
+        self.comm.barrier()
     }
 
     /// The number of dead nodes (0 for local stores).
@@ -425,12 +491,12 @@ impl KVStore {
 
     /// Runs a server until worker 0 stops it: returns at once for local stores.
     pub fn run_server(&self, controller: Option<dist::Controller>) -> Result<()> {
-        self.dist.as_ref().map_or(Ok(()), |d| d.run_server(controller))
+        self.comm.run_server(controller)
     }
 
     /// Sends a command to the servers: nothing to do for local stores.
     pub fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
-        self.dist.as_ref().map_or(Ok(()), |d| d.send_command(id, body))
+        self.comm.send_command(id, body)
     }
 
     /// Schedules the sums of a checked push; returns the updater calls to make, if any.
@@ -627,6 +693,15 @@ fn trace_args(keys: &Keys, arrays: &[NDArray]) -> profiler::Args {
     args.push(("bytes", Arg::Int(arrays.iter().map(|a| a.data_byte_len() as i64).sum())));
     args.extend(arrays.first().map(|a| ("context", Arg::Text(a.ctx().to_string()))));
     args
+}
+
+/// A checked push's values by key, with each key's buffer: what a distributed worker sends.
+fn remote_jobs(entries: &Entries, plan: PushPlan) -> Vec<(i32, Vec<NDArray>, NDArray)> {
+    let PushPlan { values, groups } = plan;
+    groups
+        .into_iter()
+        .filter_map(|g| entries.get(&g.id).map(|e| (g.id, values[g.values].to_vec(), e.stored.clone())))
+        .collect()
 }
 
 fn check_len(keys: &Keys, n: usize) -> Result<()> {

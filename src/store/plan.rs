@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::ndarray::{shape_string, Context, NDArray, StorageType};
 use std::collections::HashMap;
 use std::ops::Range;
+use super::comm::Rules;
 use super::entries::Entries;
 
 /// One key of a push: its internal id and where its values (in argument order) sit in the
@@ -283,6 +284,89 @@ pub(crate) fn new_stored_values(inits: &[(i32, NDArray)], ctx: Context) -> Resul
         stored.insert(*id, empty);
     }
     Ok(stored)
+}
+
+// ---- The comm's rules (see `comm::Rules`), checked with the rest of a call's plan ----
+
+/// An init's rules: row_sparse values with rows of at least one element.
+pub(crate) fn check_init_rules(rules: &Rules, plan: &[(i32, NDArray)], shown: &dyn Fn(i32) -> String) -> Result<()> {
+    if rules.row_sparse_needs_rows {
+        for (id, v) in plan {
+            crate::ensure!(
+                v.stype() != StorageType::RowSparse || (v.shape().len() >= 2 && v.row_len() > 0),
+                "key {}: a row_sparse value needs rows of at least one element",
+                shown(*id)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A push's rules: values of the key's storage type, where the comm keeps it.
+pub(crate) fn check_push_rules(rules: &Rules, entries: &Entries, plan: &PushPlan, shown: &dyn Fn(i32) -> String) -> Result<()> {
+    if !rules.push_keeps_storage_type {
+        return Ok(());
+    }
+    for g in &plan.groups {
+        let stored = &entries.get(&g.id).ok_or_else(|| not_inited(&shown(g.id)))?.stored;
+        let sparse_key = stored.stype() == StorageType::RowSparse;
+        for v in &plan.values[g.values.clone()] {
+            crate::ensure!(
+                v.stype() == stored.stype(),
+                "key {}: push of a {} value to a {} key is not supported by distributed stores{}",
+                shown(g.id),
+                v.stype().name(),
+                stored.stype().name(),
+                if sparse_key { " (row_sparse keys take row_sparse pushes and PullRowSparse)" } else { "" }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A pull's rules: dense keys only, where the comm reads row_sparse keys by rows only.
+pub(crate) fn check_pull_rules(rules: &Rules, pull: &PullPlan, shown: &dyn Fn(i32) -> String) -> Result<()> {
+    if rules.pull_dense_keys_only {
+        for (id, copy) in pull.ids.iter().zip(&pull.copies) {
+            crate::ensure!(
+                copy.src.stype() == StorageType::Default,
+                "key {}: row_sparse keys of distributed stores are read with PullRowSparse (pull is not supported for them)",
+                shown(*id)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A push-pull's rules: the same keys pushed and pulled, outputs of the stored dtype.
+pub(crate) fn check_push_pull_rules(rules: &Rules, entries: &Entries, push: &PushPlan, pull: &PullPlan, shown: &dyn Fn(i32) -> String) -> Result<()> {
+    if !rules.push_pull_same_keys {
+        return Ok(());
+    }
+    crate::ensure!(
+        push.groups.iter().map(|g| g.id).eq(pull.ids.iter().copied()),
+        "List of push and pull keys are different: push-pull needs the same keys in both lists"
+    );
+    for (id, copy) in pull.ids.iter().zip(&pull.copies) {
+        let dtype = entries.get(id).ok_or_else(|| not_inited(&shown(*id)))?.stored.dtype();
+        crate::ensure!(
+            pull.outs[copy.dsts.clone()].iter().all(|o| o.dtype() == dtype),
+            "Output buffer dtype is different (key {})",
+            shown(*id)
+        );
+    }
+    Ok(())
+}
+
+/// A row_sparse pull's rules: each key once.
+pub(crate) fn check_row_sparse_pull_rules(rules: &Rules, ids: &[i32], shown: &dyn Fn(i32) -> String) -> Result<()> {
+    if rules.row_sparse_pull_once_per_key {
+        let mut seen = std::collections::HashSet::new();
+        for id in ids {
+            crate::ensure!(seen.insert(*id), "RowSparsePull with multiple values is not supported yet (key {} appears twice)", shown(*id));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -226,7 +226,7 @@ fn batches_that_share_arrays_between_keys_keep_call_order() {
 
 /// An `nccl` store without the GPU check of its creation: its rules on host values.
 fn nccl_store() -> KVStore {
-    KVStore::with_comm("nccl".to_string(), comm::single_process(StoreKind::Nccl), None).unwrap()
+    KVStore::with_comm("nccl".to_string(), comm::single_process(StoreKind::Nccl)).unwrap()
 }
 
 fn f32_matrix(rows: usize, value: f32) -> NDArray {

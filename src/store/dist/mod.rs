@@ -18,9 +18,9 @@ mod worker;
 pub use names::{dist_mode, DistMode};
 pub use role::{ps_env, Role};
 
+use crate::backend::{GradientCompression, SumOrder};
 use crate::error::Result;
-use crate::ndarray::NDArray;
-use crate::store::{IntUpdater, Keys, Updaters};
+use crate::store::{Comm, Rules, Servers, StoreKind, Updaters};
 use server::{Scheduler, Server};
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -82,10 +82,11 @@ impl DistStore {
         })
     }
 
-    fn worker(&self, what: &str) -> Result<&Worker> {
+    /// A worker's mode (servers and schedulers hold no values of their own).
+    fn mode(&self) -> Option<DistMode> {
         match self {
-            DistStore::Worker(w) => Ok(w.as_ref()),
-            _ => crate::bail!("{what} is for worker processes; this process is a {} (DMLC_ROLE)", self.role_name()),
+            DistStore::Worker(w) => Some(w.mode()),
+            _ => None,
         }
     }
 
@@ -97,67 +98,43 @@ impl DistStore {
         }
     }
 
-    /// Init (worker 0 sends, then a worker barrier).
-    pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
-        self.worker("init")?.init(keys, values)
-    }
-
-    /// Push.
-    pub fn push(&self, keys: Keys, values: Vec<NDArray>, priority: i32) -> Result<()> {
-        self.worker("push")?.push(keys, values, priority)
-    }
-
-    /// Whether a push can be accepted now (`dist_async` needs an updater on every server):
-    /// for callers that push later, from another thread, and must refuse on the caller's.
-    pub fn check_push_ready(&self) -> Result<()> {
-        self.worker("push")?.check_servers_update()
-    }
-
-    /// Pull.
-    pub fn pull(&self, keys: Keys, outs: Vec<NDArray>, priority: i32, ignore_sparse: bool) -> Result<()> {
-        self.worker("pull")?.pull(keys, outs, priority, ignore_sparse)
-    }
-
-    /// Push-pull.
-    pub fn push_pull(&self, vkeys: Keys, values: Vec<NDArray>, okeys: Keys, outs: Vec<NDArray>, priority: i32) -> Result<()> {
-        self.worker("push-pull")?.push_pull(vkeys, values, okeys, outs, priority)
-    }
-
-    /// Broadcast.
-    pub fn broadcast(&self, vkeys: Keys, values: &[NDArray], okeys: Keys, outs: Vec<NDArray>, priority: i32) -> Result<()> {
-        self.worker("broadcast")?.broadcast(vkeys, values, okeys, outs, priority)
-    }
-
-    /// `PullRowSparse`: the rows `row_ids[i]` of each key into the row_sparse `outs[i]`.
-    pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
-        self.worker("row_sparse pull")?.pull_row_sparse(keys, outs, row_ids, priority)
-    }
-
-    /// Installs updaters: on a server, its int updater (MXNet's servers call only that one);
-    /// on a worker they are kept, unused (pushes go to the servers).
-    pub fn set_updaters(&self, updaters: &Updaters) {
-        if let DistStore::Server(s) = self {
-            s.set_updater(updaters.int.clone());
-        }
-    }
-
-    /// Installs the int updater; see [`DistStore::set_updaters`].
-    pub fn set_int_updater(&self, updater: Option<IntUpdater>) {
-        if let DistStore::Server(s) = self {
-            s.set_updater(updater);
-        }
-    }
-
-    /// Gradient compression: recorded by workers, forwarded to the servers by worker 0.
-    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
+    fn worker(&self, what: &str) -> Result<&Worker> {
         match self {
-            DistStore::Worker(w) => w.set_gradient_compression(params),
-            _ => crate::compression::GradientCompression::from_params(params).map(|_| ()),
+            DistStore::Worker(w) => Ok(w.as_ref()),
+            _ => crate::bail!("{what} is for worker processes; this process is a {} (DMLC_ROLE)", self.role_name()),
         }
+    }
+}
+
+/// A distributed store is its store's comm: a worker's values live on the servers, and the
+/// group calls (ranks, barriers, commands, the server loop) go to the job.
+impl Comm for DistStore {
+    fn kind(&self) -> StoreKind {
+        self.mode().map_or(StoreKind::Local, |m| if m.device { StoreKind::Device } else { StoreKind::Local })
+    }
+
+    fn sum_order(&self) -> SumOrder {
+        match self.kind() {
+            StoreKind::Local => SumOrder::CpuComm,
+            _ => SumOrder::Serial,
+        }
+    }
+
+    /// MXNet's dist workers compress every push once compression is set.
+    fn applies_compression(&self) -> bool {
+        true
+    }
+
+    fn rules(&self) -> Rules {
+        Rules::distributed()
+    }
+
+    fn servers(&self, call: &str) -> Result<Option<&dyn Servers>> {
+        Ok(Some(self.worker(call)? as &dyn Servers))
     }
 
     /// Rank within this process's group (workers among workers, servers among servers).
-    pub fn rank(&self) -> i32 {
+    fn rank(&self) -> i32 {
         match self {
             DistStore::Worker(w) => w.rank(),
             DistStore::Server(s) => s.rank(),
@@ -166,7 +143,7 @@ impl DistStore {
     }
 
     /// The number of workers, on every role.
-    pub fn group_size(&self) -> i32 {
+    fn group_size(&self) -> i32 {
         match self {
             DistStore::Worker(w) => w.group_size(),
             DistStore::Server(s) => s.group_size(),
@@ -175,30 +152,51 @@ impl DistStore {
     }
 
     /// A barrier over the workers.
-    pub fn barrier(&self) -> Result<()> {
+    fn barrier(&self) -> Result<()> {
         self.worker("Barrier")?.barrier()
     }
 
+    /// Whether a push can be accepted now (`dist_async` needs an updater on every server).
+    fn check_push_ready(&self) -> Result<()> {
+        self.worker("push")?.check_servers_update()
+    }
+
     /// Whether freeing a worker's store waits at the exit barrier.
-    pub fn set_barrier_before_exit(&self, barrier: bool) {
+    fn set_barrier_before_exit(&self, barrier: bool) {
         if let DistStore::Worker(w) = self {
             w.set_barrier_before_exit(barrier);
         }
     }
 
-    /// Sends a command to every server; returns after all of them handled it.
-    pub fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
-        self.worker("SendCommmandToServers")?.send_command(id, body)
-    }
-
     /// Runs the server (or the scheduler's barriers) until worker 0 stops the servers.
-    pub fn run_server(&self, controller: Option<Controller>) -> Result<()> {
+    fn run_server(&self, controller: Option<Controller>) -> Result<()> {
         match self {
             DistStore::Worker(_) => crate::bail!("RunServer is for server and scheduler processes; this process is a worker (DMLC_ROLE)"),
             DistStore::Server(s) => s.run(controller),
             DistStore::Scheduler(s) => s.run(),
         }
         Ok(())
+    }
+
+    /// Sends a command to every server; returns after all of them handled it.
+    fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
+        self.worker("SendCommmandToServers")?.send_command(id, body)
+    }
+
+    /// A server applies pushes with its int updater (MXNet's servers call only that one); a
+    /// worker's updaters stay unused (pushes go to the servers).
+    fn set_updaters(&self, updaters: &Updaters) {
+        if let DistStore::Server(s) = self {
+            s.set_updater(updaters.int.clone());
+        }
+    }
+
+    /// Worker 0 forwards the compression to the servers.
+    fn set_compression(&self, compression: &GradientCompression) -> Result<()> {
+        match self {
+            DistStore::Worker(w) => w.set_gradient_compression(compression),
+            _ => Ok(()),
+        }
     }
 }
 

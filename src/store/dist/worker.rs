@@ -2,6 +2,7 @@
 //! to its server and completes when the server answers (in sync mode: after the round's
 //! update); a pull asks every part's server and completes when all parts have arrived. Both
 //! are engine ops on the key's buffer, so a pull runs after this worker's earlier push.
+//! Every call has been checked by the store's planner before it gets here ([`Servers`]).
 
 use super::command::{encode_compression, Command};
 use super::names::DistMode;
@@ -12,22 +13,19 @@ use super::wire::{self, Msg};
 use crate::compression::GradientCompression;
 use crate::engine::{engine, OpDone};
 use crate::error::Result;
-use crate::ndarray::{shape_string, DType, NDArray, StorageType};
+use crate::ndarray::{DType, NDArray, StorageType};
 use crate::reduce::{sum_into, SumOrder};
-use crate::store::{KeyRegistry, KeyType, Keys, STORE_CONTEXT};
+use crate::store::Servers;
 use parking_lot::{Condvar, Mutex};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// A key as this worker knows it.
-struct KeyMeta {
-    shape: Vec<usize>,
+/// How a key is spread over the servers.
+#[derive(Clone)]
+struct KeyParts {
     dtype: DType,
-    /// The key's buffer: pulls land here; every push and pull of the key writes it, which
-    /// orders them.
-    comm: NDArray,
-    /// The element parts, one per server holding some of the key.
+    /// The element parts, one per server holding some of the key (dense keys).
     parts: Vec<Part>,
     /// Gradient-compression residual of the merged value (one per key, as MXNet's workers).
     residual: Arc<Mutex<Vec<f32>>>,
@@ -36,7 +34,7 @@ struct KeyMeta {
     row_parts: Vec<RowPart>,
 }
 
-impl KeyMeta {
+impl KeyParts {
     fn sparse(&self) -> bool {
         !self.row_parts.is_empty()
     }
@@ -86,9 +84,7 @@ impl Pending {
 
 #[derive(Default)]
 struct State {
-    keys: KeyRegistry,
-    meta: HashMap<i32, KeyMeta>,
-    compression: Option<GradientCompression>,
+    keys: HashMap<i32, KeyParts>,
     barrier_before_exit: bool,
     /// dist_async: every server has answered that it has an updater.
     servers_update: bool,
@@ -159,11 +155,9 @@ impl Worker {
         }
     }
 
-    fn shown(keys: &KeyRegistry, id: i32) -> String {
-        match keys.key_type() {
-            Some(KeyType::Str) => keys.name(id).map_or(id.to_string(), |n| n.to_string_lossy().into_owned()),
-            _ => id.to_string(),
-        }
+    /// The store's mode, from its name.
+    pub fn mode(&self) -> DistMode {
+        self.mode
     }
 
     /// Registers a request of `parts` answers.
@@ -228,7 +222,7 @@ impl Worker {
     fn push_after_join(&self) {
         let parts = {
             let state = self.state.lock();
-            state.meta.iter().filter(|(_, m)| !m.sparse()).min_by_key(|(k, _)| **k).map(|(k, m)| (*k, m.dtype, m.parts.clone()))
+            state.keys.iter().filter(|(_, m)| !m.sparse()).min_by_key(|(k, _)| **k).map(|(k, m)| (*k, m.dtype, m.parts.clone()))
         };
         let Some((key, dtype, parts)) = parts else { return };
         for p in parts {
@@ -247,189 +241,6 @@ impl Worker {
         let pending = self.ask(&self.servers, |req| wire::encode(&Msg::Join { req }));
         let errors = pending.errors.lock();
         crate::ensure!(errors.is_empty(), "a server refused the join: {}", errors.join("; "));
-        Ok(())
-    }
-
-    /// Registers keys; worker 0 sends its values (uncompressed) to the servers and waits; then
-    /// a barrier of all workers, as MXNet's `InitImpl`.
-    pub fn init(&self, keys: Keys, values: &[NDArray]) -> Result<()> {
-        crate::ensure!(keys.len() == values.len(), "{} keys but {} values", keys.len(), values.len());
-        let mut comms = Vec::new();
-        {
-            let mut state = self.state.lock();
-            let mut registry = state.keys.clone();
-            let ids = registry.register(&keys)?;
-            let mut seen = std::collections::HashSet::new();
-            for (i, (id, v)) in ids.iter().zip(values).enumerate() {
-                crate::ensure!(seen.insert(*id), "key {} appears twice in one init", keys.display(i));
-                crate::ensure!(!state.meta.contains_key(id), "key {} has been inited already", keys.display(i));
-                match v.stype() {
-                    StorageType::Default => {}
-                    StorageType::RowSparse => {
-                        v.check_row_sparse()?;
-                        crate::ensure!(v.shape().len() >= 2 && v.row_len() > 0, "key {}: a row_sparse value needs rows of at least one element", keys.display(i));
-                    }
-                    other => crate::bail!("key {}: distributed stores hold dense and row_sparse values, not {}", keys.display(i), other.name()),
-                }
-            }
-            let compression = state.compression;
-            for (id, v) in ids.iter().zip(values) {
-                if v.stype() == StorageType::RowSparse {
-                    let rows = v.shape()[0];
-                    let row_parts = shard::row_parts(*id, rows, v.row_len(), self.servers.len(), self.bound);
-                    if self.rank == 0 {
-                        // MXNet's servers abort on an init that gives them no rows.
-                        let have = engine().run_sync(&[v.var()], &[], || v.rows_now().map(|r| r.ids))??;
-                        for p in &row_parts {
-                            crate::ensure!(
-                                have.iter().any(|&r| r >= p.start as i64 && r < (p.start + p.rows) as i64),
-                                "row_sparse key {id}: the init value has no rows in rows {}..{} (server {}'s part); distributed stores need every part inited with rows",
-                                p.start,
-                                p.start + p.rows,
-                                p.server
-                            );
-                        }
-                    }
-                    let comm = NDArray::empty_row_sparse(v.shape(), STORE_CONTEXT, v.dtype())?;
-                    comms.push((*id, v.clone(), comm.clone(), Vec::new()));
-                    let meta = KeyMeta { shape: v.shape().to_vec(), dtype: v.dtype(), comm, parts: Vec::new(), residual: Arc::new(Mutex::new(Vec::new())), row_parts };
-                    state.meta.insert(*id, meta);
-                    continue;
-                }
-                let n = v.size();
-                let parts = match compression {
-                    Some(gc) => {
-                        let factor = if gc.packed_bytes(16) == 4 { 16 } else { 32 };
-                        shard::compressed_parts(*id, n, gc.packed_bytes(n) / 4, factor, self.servers.len(), self.bound).1
-                    }
-                    None => shard::dense_parts(*id, n, self.servers.len(), self.bound),
-                };
-                let comm = NDArray::zeros(v.shape(), STORE_CONTEXT, v.dtype())?;
-                comms.push((*id, v.clone(), comm.clone(), parts.clone()));
-                let meta = KeyMeta {
-                    shape: v.shape().to_vec(),
-                    dtype: v.dtype(),
-                    comm,
-                    parts,
-                    residual: Arc::new(Mutex::new(Vec::new())),
-                    row_parts: Vec::new(),
-                };
-                state.meta.insert(*id, meta);
-            }
-            registry.fix_type(&keys);
-            state.keys = registry;
-        }
-        let mut failed = Ok(());
-        if self.rank == 0 {
-            for (id, value, comm, parts) in &comms {
-                if value.stype() == StorageType::RowSparse {
-                    let row_parts = self.state.lock().meta[id].row_parts.clone();
-                    self.schedule_rsp_push(*id, vec![value.clone()], comm, &row_parts, wire::PUSH_INIT, 0);
-                } else {
-                    self.schedule_push(*id, vec![value.clone()], comm, parts, None, wire::PUSH_INIT, 0, Arc::new(Mutex::new(Vec::new())));
-                }
-            }
-            for (_, _, comm, _) in &comms {
-                if let Err(e) = comm.wait_to_write() {
-                    failed = failed.and(Err(e));
-                }
-            }
-        }
-        // The other workers wait at this barrier: reach it even when an init failed.
-        let reached = self.barrier_at_server(false);
-        failed.and(reached)
-    }
-
-    /// Looks up keys and checks values against them; returns, per unique key in ascending
-    /// order, its id and the positions of its values.
-    /// `sparse_ok`: row_sparse values are checked and kept for row_sparse keys (pushes);
-    /// otherwise they are skipped (MXNet's pull with `ignore_sparse`) or refused.
-    fn group(&self, state: &State, keys: &Keys, values: &[NDArray], what: &str) -> Result<BTreeMap<i32, Vec<usize>>> {
-        crate::ensure!(keys.len() == values.len(), "{} keys but {} values", keys.len(), values.len());
-        let ids = state.keys.lookup(keys)?;
-        let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-        for (i, (id, v)) in ids.iter().zip(values).enumerate() {
-            let Some(meta) = state.meta.get(id) else { crate::bail!("key {} has not been inited", keys.display(i)) };
-            if what == "pull" && v.stype() == StorageType::RowSparse {
-                // MXNet's dist pull (ignore_sparse) skips row_sparse outputs.
-                continue;
-            }
-            crate::ensure!(
-                !meta.sparse() || what == "push",
-                "key {}: row_sparse keys of distributed stores are read with PullRowSparse ({what} is not supported for them)",
-                Self::shown(&state.keys, *id)
-            );
-            let want = if meta.sparse() && what == "push" { StorageType::RowSparse } else { StorageType::Default };
-            crate::ensure!(
-                v.stype() == want,
-                "key {}: {what} of a {} value to a {} key is not supported by distributed stores{}",
-                Self::shown(&state.keys, *id),
-                v.stype().name(),
-                if meta.sparse() { "row_sparse" } else { "default" },
-                if meta.sparse() { " (row_sparse keys take row_sparse pushes and PullRowSparse)" } else { "" }
-            );
-            if v.stype() == StorageType::RowSparse {
-                v.check_row_sparse()?;
-            }
-            crate::ensure!(
-                v.shape() == meta.shape.as_slice(),
-                "key {}: {what} shape {} differs from the inited shape {}",
-                Self::shown(&state.keys, *id),
-                shape_string(v.shape()),
-                shape_string(&meta.shape)
-            );
-            groups.entry(*id).or_default().push(i);
-        }
-        Ok(groups)
-    }
-
-    /// Pushes values: each key's values are summed here, then sent to the servers.
-    pub fn push(&self, keys: Keys, values: Vec<NDArray>, priority: i32) -> Result<()> {
-        let jobs = {
-            let mut state = self.state.lock();
-            let groups = self.group(&state, &keys, &values, "push")?;
-            for (id, idx) in &groups {
-                let dtype = state.meta[id].dtype;
-                for &i in idx {
-                    crate::ensure!(
-                        values[i].dtype() == dtype,
-                        "key {}: pushed dtype {} differs from the inited dtype {}",
-                        Self::shown(&state.keys, *id),
-                        values[i].dtype().name(),
-                        dtype.name()
-                    );
-                }
-            }
-            if let Some(gc) = state.compression {
-                let _ = gc;
-                for id in groups.keys() {
-                    crate::ensure!(!state.meta[id].sparse(), "Gradient compression for row sparse storage type is not supported (key {})", Self::shown(&state.keys, *id));
-                    crate::ensure!(
-                        state.meta[id].dtype == DType::Float32,
-                        "key {}: gradient compression works on float32 values only",
-                        Self::shown(&state.keys, *id)
-                    );
-                }
-            }
-            state.keys.fix_type(&keys);
-            let compression = state.compression;
-            groups
-                .into_iter()
-                .map(|(id, idx)| {
-                    let m = &state.meta[&id];
-                    (id, idx.iter().map(|&i| values[i].clone()).collect::<Vec<_>>(), m.comm.clone(), m.parts.clone(), compression, Arc::clone(&m.residual), m.row_parts.clone())
-                })
-                .collect::<Vec<_>>()
-        };
-        self.check_servers_update()?;
-        for (id, vals, comm, parts, compression, residual, row_parts) in jobs {
-            if !row_parts.is_empty() {
-                self.schedule_rsp_push(id, vals, &comm, &row_parts, 0, priority);
-                continue;
-            }
-            let flags = if compression.is_some() { wire::PUSH_COMPRESSED } else { 0 };
-            self.schedule_push(id, vals, &comm, &parts, compression, flags, priority, residual);
-        }
         Ok(())
     }
 
@@ -562,55 +373,6 @@ impl Worker {
         });
     }
 
-    /// `PullRowSparse`: for each key, the sorted unique `row_ids` are asked of the servers
-    /// holding them; the output gets exactly those rows. One output per key, as MXNet.
-    pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
-        crate::ensure!(keys.len() == outs.len() && keys.len() == row_ids.len(), "{} keys, {} outputs and {} row id arrays", keys.len(), outs.len(), row_ids.len());
-        // Row ids on a GPU are read on the host: copied (after pending writes) before the lock.
-        let row_ids = row_ids.iter().map(NDArray::readable_on_host).collect::<Result<Vec<_>>>()?;
-        let jobs = {
-            let mut state = self.state.lock();
-            let ids = state.keys.lookup(&keys)?;
-            let mut seen = std::collections::HashSet::new();
-            let mut jobs = Vec::with_capacity(ids.len());
-            for (i, ((id, out), rid)) in ids.iter().zip(outs).zip(&row_ids).enumerate() {
-                let Some(meta) = state.meta.get(id) else { crate::bail!("key {} has not been inited", keys.display(i)) };
-                let shown = Self::shown(&state.keys, *id);
-                crate::ensure!(meta.sparse(), "PullRowSparse expects a row_sparse key; key {shown} holds a default value");
-                crate::ensure!(
-                    out.stype() == StorageType::RowSparse,
-                    "Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
-                    out.stype().name()
-                );
-                crate::ensure!(
-                    rid.stype() == StorageType::Default,
-                    "Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
-                    rid.stype().name()
-                );
-                crate::ensure!(seen.insert(*id), "RowSparsePull with multiple values is not supported yet (key {shown} appears twice)");
-                crate::ensure!(
-                    out.shape() == meta.shape.as_slice(),
-                    "key {shown}: output shape {} differs from the inited shape {}",
-                    shape_string(out.shape()),
-                    shape_string(&meta.shape)
-                );
-                let rows = meta.shape[0];
-                let want = engine().run_sync(&[rid.var()], &[], || rid.read_bytes(|b| crate::ndarray::row_ids_of(rid.dtype(), b, rid.size())))??;
-                if let Some(bad) = want.iter().find(|&&r| usize::try_from(r).map_or(true, |r| r >= rows)) {
-                    crate::bail!("row id {bad} is out of range for key {shown}: the value has {rows} rows");
-                }
-                jobs.push((*id, out.clone(), rid.clone(), meta.comm.clone(), meta.row_parts.clone()));
-            }
-            state.keys.fix_type(&keys);
-            jobs
-        };
-        for (id, out, rid, comm, parts) in jobs {
-            self.schedule_rsp_pull(id, &comm, &rid, &parts, priority);
-            crate::backend::for_context(out.ctx()).copy_any(&comm, &out, priority);
-        }
-        Ok(())
-    }
-
     fn schedule_rsp_pull(&self, key: i32, comm: &NDArray, rid: &NDArray, parts: &[RowPart], priority: i32) {
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
@@ -659,26 +421,6 @@ impl Worker {
         });
     }
 
-    /// Pulls keys into dense outputs (`ignore_sparse` must be true, as in MXNet).
-    pub fn pull(&self, keys: Keys, outs: Vec<NDArray>, priority: i32, ignore_sparse: bool) -> Result<()> {
-        crate::ensure!(ignore_sparse, "dist kvstore pull doesn't support ignore_sparse=False");
-        let jobs = {
-            let mut state = self.state.lock();
-            let groups = self.group(&state, &keys, &outs, "pull")?;
-            state.keys.fix_type(&keys);
-            groups
-                .into_iter()
-                .map(|(id, idx)| (id, idx.iter().map(|&i| outs[i].clone()).collect::<Vec<_>>(), state.meta[&id].comm.clone(), state.meta[&id].parts.clone()))
-                .collect::<Vec<_>>()
-        };
-        for (id, outs, comm, parts) in jobs {
-            self.schedule_pull(id, &comm, &parts, priority);
-            let n = outs.len();
-            crate::store::batch::copies(outs, vec![crate::backend::CopyJob { src: comm, dsts: 0..n }], priority);
-        }
-        Ok(())
-    }
-
     fn schedule_pull(&self, key: i32, comm: &NDArray, parts: &[Part], priority: i32) {
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
@@ -699,68 +441,10 @@ impl Worker {
         });
     }
 
-    /// Pushes `values` and pulls the updated values into `outs` in one round trip per part;
-    /// both lists must name the same keys (MXNet's check), and compression is refused.
-    pub fn push_pull(&self, vkeys: Keys, values: Vec<NDArray>, okeys: Keys, outs: Vec<NDArray>, priority: i32) -> Result<()> {
-        let jobs = {
-            let mut state = self.state.lock();
-            crate::ensure!(state.compression.is_none(), "Compression not supported with PushPull");
-            let vgroups = self.group(&state, &vkeys, &values, "push-pull")?;
-            let ogroups = self.group(&state, &okeys, &outs, "push-pull")?;
-            crate::ensure!(
-                vgroups.keys().eq(ogroups.keys()),
-                "List of push and pull keys are different: push-pull needs the same keys in both lists"
-            );
-            for (id, idx) in &vgroups {
-                let dtype = state.meta[id].dtype;
-                for &i in idx.iter() {
-                    crate::ensure!(values[i].dtype() == dtype, "key {}: pushed dtype differs from the inited dtype", Self::shown(&state.keys, *id));
-                }
-                for &i in &ogroups[id] {
-                    crate::ensure!(outs[i].dtype() == dtype, "Output buffer dtype is different (key {})", Self::shown(&state.keys, *id));
-                }
-            }
-            state.keys.fix_type(&vkeys);
-            state.keys.fix_type(&okeys);
-            vgroups
-                .into_iter()
-                .map(|(id, idx)| {
-                    let m = &state.meta[&id];
-                    let vals: Vec<NDArray> = idx.iter().map(|&i| values[i].clone()).collect();
-                    let os: Vec<NDArray> = ogroups[&id].iter().map(|&i| outs[i].clone()).collect();
-                    (id, vals, os, m.comm.clone(), m.parts.clone(), Arc::clone(&m.residual))
-                })
-                .collect::<Vec<_>>()
-        };
-        self.check_servers_update()?;
-        for (id, vals, os, comm, parts, residual) in jobs {
-            self.schedule_push(id, vals, &comm, &parts, None, wire::PUSH_PULL, priority, residual);
-            let n = os.len();
-            crate::store::batch::copies(os, vec![crate::backend::CopyJob { src: comm, dsts: 0..n }], priority);
-        }
-        Ok(())
-    }
-
-    /// MXNet's broadcast: init, then pull.
-    pub fn broadcast(&self, vkeys: Keys, values: &[NDArray], okeys: Keys, outs: Vec<NDArray>, priority: i32) -> Result<()> {
-        {
-            let state = self.state.lock();
-            crate::ensure!(okeys.len() == outs.len(), "{} keys but {} outputs", okeys.len(), outs.len());
-            // Output keys must be inited now or by this call.
-            let mut registry = state.keys.clone();
-            registry.register(&vkeys)?;
-            registry.lookup(&okeys)?;
-        }
-        self.init(vkeys, values)?;
-        self.pull(okeys, outs, priority, true)
-    }
-
-    /// Sets gradient compression; worker 0 forwards it to the servers.
-    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
-        let gc = GradientCompression::from_params(params)?;
-        self.state.lock().compression = Some(gc);
+    /// Worker 0 forwards gradient compression to the servers.
+    pub fn set_gradient_compression(&self, gc: &GradientCompression) -> Result<()> {
         if self.rank == 0 {
-            self.send_command(Command::SetGradientCompression.id(), encode_compression(&gc).as_bytes())?;
+            self.send_command(Command::SetGradientCompression.id(), encode_compression(gc).as_bytes())?;
         }
         Ok(())
     }
@@ -810,6 +494,110 @@ impl Worker {
         }
         super::transport::finalize();
         drop(watchdog);
+    }
+}
+
+impl Worker {
+    /// How key `id` of `value` is spread over the servers.
+    fn shard(&self, id: i32, value: &NDArray, compression: Option<GradientCompression>) -> KeyParts {
+        let residual = Arc::new(Mutex::new(Vec::new()));
+        if value.stype() == StorageType::RowSparse {
+            let row_parts = shard::row_parts(id, value.shape()[0], value.row_len(), self.servers.len(), self.bound);
+            return KeyParts { dtype: value.dtype(), parts: Vec::new(), residual, row_parts };
+        }
+        let n = value.size();
+        let parts = match compression {
+            Some(gc) => {
+                let factor = if gc.packed_bytes(16) == 4 { 16 } else { 32 };
+                shard::compressed_parts(id, n, gc.packed_bytes(n) / 4, factor, self.servers.len(), self.bound).1
+            }
+            None => shard::dense_parts(id, n, self.servers.len(), self.bound),
+        };
+        KeyParts { dtype: value.dtype(), parts, residual, row_parts: Vec::new() }
+    }
+
+    /// Worker 0's init: every row_sparse value has rows in each server's part (MXNet's
+    /// servers abort on an init that gives them none), then every value is sent and
+    /// answered.
+    fn send_inits(&self, inits: &[(i32, NDArray, NDArray)], shards: &[KeyParts]) -> Result<()> {
+        for ((id, v, _), k) in inits.iter().zip(shards) {
+            if !k.sparse() {
+                continue;
+            }
+            let have = engine().run_sync(&[v.var()], &[], || v.rows_now().map(|r| r.ids))??;
+            for p in &k.row_parts {
+                crate::ensure!(
+                    have.iter().any(|&r| r >= p.start as i64 && r < (p.start + p.rows) as i64),
+                    "row_sparse key {id}: the init value has no rows in rows {}..{} (server {}'s part); distributed stores need every part inited with rows",
+                    p.start,
+                    p.start + p.rows,
+                    p.server
+                );
+            }
+        }
+        for ((id, value, stored), k) in inits.iter().zip(shards) {
+            if k.sparse() {
+                self.schedule_rsp_push(*id, vec![value.clone()], stored, &k.row_parts, wire::PUSH_INIT, 0);
+            } else {
+                self.schedule_push(*id, vec![value.clone()], stored, &k.parts, None, wire::PUSH_INIT, 0, Arc::new(Mutex::new(Vec::new())));
+            }
+        }
+        let mut failed = Ok(());
+        for (_, _, stored) in inits {
+            failed = failed.and(stored.wait_to_write());
+        }
+        failed
+    }
+
+    /// A key's parts (the store has checked that it was initialised).
+    fn parts_of(&self, id: i32) -> Option<KeyParts> {
+        self.state.lock().keys.get(&id).cloned()
+    }
+}
+
+impl Servers for Worker {
+    /// Worker 0 sends the values, as MXNet's `InitImpl`; then a barrier of all workers,
+    /// reached even when worker 0's init failed (the others wait there).
+    fn init(&self, inits: &[(i32, NDArray, NDArray)], compression: Option<GradientCompression>) -> Result<()> {
+        let shards: Vec<KeyParts> = inits.iter().map(|(id, v, _)| self.shard(*id, v, compression)).collect();
+        let sent = if self.rank == 0 { self.send_inits(inits, &shards) } else { Ok(()) };
+        let reached = self.barrier_at_server(false);
+        sent.and(reached)?;
+        let mut state = self.state.lock();
+        for ((id, _, _), k) in inits.iter().zip(shards) {
+            state.keys.insert(*id, k);
+        }
+        Ok(())
+    }
+
+    fn push(&self, jobs: Vec<(i32, Vec<NDArray>, NDArray)>, compression: Option<GradientCompression>, fetch_back: bool, priority: i32) {
+        for (id, values, stored) in jobs {
+            let Some(k) = self.parts_of(id) else { continue };
+            if k.sparse() {
+                self.schedule_rsp_push(id, values, &stored, &k.row_parts, 0, priority);
+                continue;
+            }
+            let flags = match (fetch_back, compression) {
+                (true, _) => wire::PUSH_PULL,
+                (false, Some(_)) => wire::PUSH_COMPRESSED,
+                (false, None) => 0,
+            };
+            let compression = compression.filter(|_| !fetch_back);
+            self.schedule_push(id, values, &stored, &k.parts, compression, flags, priority, k.residual);
+        }
+    }
+
+    fn fetch(&self, id: i32, stored: &NDArray, priority: i32) {
+        if let Some(k) = self.parts_of(id) {
+            self.schedule_pull(id, stored, &k.parts, priority);
+        }
+    }
+
+    fn fetch_rows(&self, id: i32, stored: &NDArray, row_ids: &NDArray, priority: i32) -> Result<()> {
+        if let Some(k) = self.parts_of(id) {
+            self.schedule_rsp_pull(id, stored, row_ids, &k.row_parts, priority);
+        }
+        Ok(())
     }
 }
 
