@@ -23,9 +23,10 @@ struct OnComplete {
     param: *mut c_void,
 }
 
-/// The completion of a host op started by [`push_async`]: finishing it (or dropping it, so that
-/// a start that panics or loses it cannot leave the host's engine waiting forever) completes
-/// the op, from whichever thread does it.
+/// The completion of a host op started by [`push_async`]: finishing it completes the op, from
+/// whichever thread does it; failing it (or dropping it, so that a start that panics or loses
+/// it cannot leave the host's engine waiting forever) completes it with a failure, which the
+/// host keeps on the arrays the op writes and reports at the next wait on them.
 pub(super) struct HostDone(Option<OnComplete>);
 
 // SAFETY: MXNet's engines accept an op's completion from any thread (the prototype of the
@@ -34,21 +35,35 @@ unsafe impl Send for HostDone {}
 
 impl HostDone {
     pub fn finish(mut self) {
-        self.complete();
+        if let Some(c) = self.0.take() {
+            // SAFETY: the engine's own callback with its own arguments, called once; no error.
+            unsafe { (c.callback)(c.engine, c.param, std::ptr::null()) }
+        }
     }
 
-    fn complete(&mut self) {
-        if let Some(c) = self.0.take() {
-            // SAFETY: the engine's own callback with its own arguments, called once; no error
-            // object (MXNet 1.9's C API has no way to build one).
-            unsafe { (c.callback)(c.engine, c.param, std::ptr::null()) }
+    /// Completes the op with a failure saying `message`. Where the host's failure object
+    /// cannot be built (see `host_error`), or under MXNet's NaiveEngine (which drops op
+    /// failures), the op completes without it: callers also record the failure for the
+    /// store's next call.
+    pub fn fail(mut self, message: &str) {
+        self.fail_now(message);
+    }
+
+    fn fail_now(&mut self, message: &str) {
+        let Some(c) = self.0.take() else { return };
+        match super::host().and_then(|h| h.errors) {
+            // SAFETY: the engine's own callback with its own arguments, called once, with a
+            // live dmlc::Error that outlives the call (the engine copies it).
+            Some(errors) => errors.with_error(message, |error| unsafe { (c.callback)(c.engine, c.param, error) }),
+            // SAFETY: as in `finish`.
+            None => unsafe { (c.callback)(c.engine, c.param, std::ptr::null()) },
         }
     }
 }
 
 impl Drop for HostDone {
     fn drop(&mut self) {
-        self.complete();
+        self.fail_now("libkvstore's op ended without completing (internal error)");
     }
 }
 
@@ -63,11 +78,11 @@ unsafe extern "C" fn run_start(_run_context: *mut c_void, on_complete: *mut c_vo
         (done, (*(param as *mut Option<Start>)).take())
     };
     match start {
-        // A panic drops `done`, which completes the op.
+        // A panic drops `done`, which fails the op.
         Some(start) => {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || start(done)));
         }
-        None => done.finish(),
+        None => done.fail("libkvstore's op ran twice (internal error)"),
     }
 }
 
@@ -76,8 +91,15 @@ unsafe extern "C" fn free_start(param: *mut c_void) {
     unsafe { drop(Box::from_raw(param as *mut Option<Start>)) }
 }
 
-/// MXNet 1.9's `FnProperty::kNormal`, as MXNet's own dist store pushes and pulls.
-static NORMAL: c_int = 0;
+/// MXNet 1.9's `FnProperty`: the host's worker pool an op runs on.
+#[derive(Clone, Copy)]
+#[repr(i32)]
+pub(super) enum Property {
+    /// `kNormal`, as MXNet's own dist store pushes and pulls.
+    Normal = 0,
+    /// `kCPUPrioritized`, as MXNet's own CPU reductions.
+    CpuPrioritized = 3,
+}
 
 /// Pushes one asynchronous host op reading `reads` and writing `writes`; `start` runs once
 /// they are ready and hands on the [`HostDone`] that completes the op. Returns once queued.
@@ -86,9 +108,10 @@ pub(super) fn push_async(
     reads: &[NDArrayHandle],
     writes: &[NDArrayHandle],
     priority: c_int,
-    name: &CStr,
+    (name, property): (&CStr, Property),
     start: impl FnOnce(HostDone) + Send + 'static,
 ) -> Result<()> {
+    let property = property as c_int;
     let mut reads = reads.to_vec();
     let mut writes = writes.to_vec();
     let start: Start = Box::new(start);
@@ -105,7 +128,7 @@ pub(super) fn push_async(
             reads.len() as c_int,
             writes.as_mut_ptr(),
             writes.len() as c_int,
-            &NORMAL as *const c_int as *const c_void,
+            &property as *const c_int as *const c_void,
             priority,
             name.as_ptr(),
             false,

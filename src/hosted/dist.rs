@@ -15,7 +15,7 @@
 //! controller) gets host arrays over the server's own buffers, and the host's ops it queues
 //! are waited for before the server reads the stored value again.
 
-use super::async_op::{push_async, HostDone};
+use super::async_op::{push_async, HostDone, Property};
 use super::dist_sparse::{self, SparseKeys};
 use super::dlpack::HostArray;
 use super::host::{describe, Described, Host, DENSE};
@@ -110,8 +110,9 @@ impl Drop for PullDone {
         if let Some(d) = self.done.take() {
             // Only reads the array, as the op this was for: it waits for nothing.
             let why = self.array.wait_to_read().err().map_or_else(|| "it did not complete".to_string(), |e| e.message().to_string());
-            record(&self.failed, format!("the pull of key {} failed: {why}", self.key));
-            d.finish();
+            let why = format!("the pull of key {} failed: {why}", self.key);
+            record(&self.failed, why.clone());
+            d.fail(&why);
         }
     }
 }
@@ -298,11 +299,12 @@ impl HostedDist {
             };
             let (native, failed, array) = (Arc::downgrade(&self.native), Arc::clone(&self.failed), s.native.clone());
             let key = k.clone();
-            push_async(host, &reads, &writes, priority, c"KVStoreDistPush", move |done| {
+            push_async(host, &reads, &writes, priority, (c"KVStoreDistPush", Property::Normal), move |done| {
                 if let Some(sum) = sum {
                     sum.run();
                 }
-                let Some(native) = Weak::upgrade(&native) else { return };
+                // A store freed meanwhile has nothing left to report to.
+                let Some(native) = Weak::upgrade(&native) else { return done.finish() };
                 let pushed = with_native_keys(std::slice::from_ref(&key), |ks| native.push(ks, vec![array.clone()], priority));
                 drop(native);
                 match pushed {
@@ -316,7 +318,11 @@ impl HostedDist {
                             drop(array);
                         })
                     }
-                    Err(e) => record(&failed, format!("the push of key {key} failed: {}", e.message())),
+                    Err(e) => {
+                        let why = format!("the push of key {key} failed: {}", e.message());
+                        record(&failed, why.clone());
+                        done.fail(&why);
+                    }
                 }
             })?;
         }
@@ -352,12 +358,14 @@ impl HostedDist {
             let Some(s) = staging.get(&k) else { continue };
             let (native, failed, array) = (Arc::downgrade(&self.native), Arc::clone(&self.failed), s.native.clone());
             let key = k.clone();
-            push_async(host, &[], &[s.host.handle], priority, c"KVStoreDistPull", move |done| {
-                let Some(native) = Weak::upgrade(&native) else { return };
+            push_async(host, &[], &[s.host.handle], priority, (c"KVStoreDistPull", Property::Normal), move |done| {
+                let Some(native) = Weak::upgrade(&native) else { return done.finish() };
                 let pulled = with_native_keys(std::slice::from_ref(&key), |ks| native.pull(ks, vec![array.clone()], priority, true));
                 drop(native);
                 if let Err(e) = pulled {
-                    return record(&failed, format!("the pull of key {key} failed: {}", e.message()));
+                    let why = format!("the pull of key {key} failed: {}", e.message());
+                    record(&failed, why.clone());
+                    return done.fail(&why);
                 }
                 // Declared as a read of the staging array: it runs once the native pull has
                 // written it. A failed native pull leaves its failure on the array, and this op

@@ -1,7 +1,7 @@
 //! The host library: `dlopen`ed privately (`RTLD_LOCAL`, so its symbols never preempt
 //! libkvstore's), its version checked, and the few functions the hosted store calls.
 
-use crate::ffi::{EngineAsyncFunc, EngineFuncParamDeleter, EngineSyncFunc, NDArrayHandle};
+use crate::ffi::{EngineAsyncFunc, EngineFuncParamDeleter, NDArrayHandle};
 use crate::{DType, Result};
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use std::ffi::{CStr, CString};
@@ -66,19 +66,6 @@ pub(crate) struct Api {
         *const *const c_char,
         *const *const c_char,
     ) -> c_int,
-    pub push_sync_nd: unsafe extern "C" fn(
-        EngineSyncFunc,
-        *mut c_void,
-        EngineFuncParamDeleter,
-        *const c_void,
-        *mut NDArrayHandle,
-        c_int,
-        *mut NDArrayHandle,
-        c_int,
-        *const c_void,
-        c_int,
-        *const c_char,
-    ) -> c_int,
     pub push_async_nd: unsafe extern "C" fn(
         EngineAsyncFunc,
         *mut c_void,
@@ -124,6 +111,8 @@ pub(crate) struct Api {
 pub(crate) struct Host {
     library: Library,
     pub api: Api,
+    /// Building the engine's failure object, when the host and libstdc++ allow it.
+    pub errors: Option<super::host_error::ErrorApi>,
     /// The host's `_copyto` operator: every read and write of a host array goes through it,
     /// since only the host understands its layouts (oneDNN).
     pub copyto: usize,
@@ -169,7 +158,6 @@ impl Host {
                 set_last_error: symbol(&library, path, "NNAPISetLastError")?,
                 get_op_handle: symbol(&library, path, "NNGetOpHandle")?,
                 imperative_invoke: symbol(&library, path, "MXImperativeInvoke")?,
-                push_sync_nd: symbol(&library, path, "MXEnginePushSyncND")?,
                 push_async_nd: symbol(&library, path, "MXEnginePushAsyncND")?,
                 shallow_copy: symbol(&library, path, "MXShallowCopyNDArray")?,
                 free: symbol(&library, path, "MXNDArrayFree")?,
@@ -197,7 +185,10 @@ impl Host {
             );
             Ok(op as usize)
         };
+        // SAFETY: a data symbol's address, not dereferenced here.
+        let vtable = unsafe { library.get::<*const c_void>(b"_ZTVN4dmlc5ErrorE\0") }.ok().map(|s| *s as usize);
         Ok(Host {
+            errors: super::host_error::ErrorApi::resolve(vtable),
             copyto: op(c"_copyto")?,
             add_n: op(c"add_n")?,
             sparse_retain: op(c"_sparse_retain")?,

@@ -1,4 +1,4 @@
-//! Keys as the caller named them, and the test-only negative control every sum honours.
+//! Keys as the caller named them, and the test-only controls every sum honours.
 
 /// A key as the caller named it: MXNet keeps int and string keys apart.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -21,6 +21,18 @@ impl std::fmt::Display for Key {
 pub(super) fn drop_source_for_test() -> bool {
     static DROP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DROP.get_or_init(|| std::env::var("KVSTORE_HOSTED_TEST_DROP_SOURCE").is_ok_and(|v| v == "1"))
+}
+
+/// A test-only failure (documented in docs/environment.md): `KVSTORE_HOSTED_TEST_FAIL_SUM`
+/// = `error` makes every hosted sum fail, `panic` makes it panic, so that the tests see the
+/// failure reach the host's waiters.
+pub(super) fn fail_sum_for_test() -> crate::Result<()> {
+    static FAIL: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    match FAIL.get_or_init(|| std::env::var("KVSTORE_HOSTED_TEST_FAIL_SUM").ok()).as_deref() {
+        Some("error") => crate::bail!("KVSTORE_HOSTED_TEST_FAIL_SUM=error"),
+        Some("panic") => panic!("KVSTORE_HOSTED_TEST_FAIL_SUM=panic"),
+        _ => Ok(()),
+    }
 }
 
 /// Runs `f` with `keys` as libkvstore's own key list (one kind: the hosted store checked).

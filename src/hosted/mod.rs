@@ -14,6 +14,7 @@ mod dist_sparse;
 mod dlpack;
 mod ffi;
 mod host;
+mod host_error;
 mod key;
 mod routing;
 mod store;

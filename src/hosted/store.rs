@@ -11,7 +11,8 @@ use super::dist::HostedDist;
 use super::dlpack::HostArray;
 use super::key::Key;
 use super::key::drop_source_for_test;
-use super::host::{check_row_sparse_pull, describe, Described, Host, HostContext, CPU0, DENSE, ROW_SPARSE};
+use super::async_op::{push_async, Property};
+use super::host::{check_row_sparse_pull, describe, Described, Host, DENSE, ROW_SPARSE};
 use crate::compression::GradientCompression;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::reduce::SumOrder;
@@ -340,42 +341,35 @@ unsafe fn floats<'a>(ptr: *mut u8, len: usize) -> &'a mut [f32] {
     unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, len / 4) }
 }
 
-/// The engine calls this on one of its workers once the staged copies are written and every
-/// earlier user of the destination is done.
-unsafe extern "C" fn run_sum(_run_context: *mut c_void, param: *mut c_void) {
-    // SAFETY: `param` is the `SumJob` pushed with this function; the engine runs it once (then
-    // frees it), while the arrays it points into are declared (read: sources, written:
-    // destination and residuals), and the store keeps their handles alive until it has waited
-    // for them.
-    let job = unsafe { &mut *(param as *mut SumJob) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &mut job.compressed {
-        None => {
-            // SAFETY: as above; the sources are distinct store-owned buffers from the destination.
-            let dst = unsafe { std::slice::from_raw_parts_mut(job.dst.0, job.dst.1) };
-            let srcs: Vec<&[u8]> = job
-                .srcs
-                .iter()
-                .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
-                .collect();
-            crate::reduce::sum_into(job.dtype, job.order, dst, &srcs, 1);
-        }
-        Some(c) => {
-            // SAFETY: as above; float32 buffers (checked at the push), all distinct.
-            let out = unsafe { floats(job.dst.0, job.dst.1) };
-            let srcs: Vec<&[f32]> = job.srcs.iter().map(|&(p, n)| &*unsafe { floats(p as *mut u8, n) }).collect();
-            let mut residuals: Vec<&mut [f32]> = c.residuals.iter().map(|&(p, n)| unsafe { floats(p, n) }).collect();
-            c.compression.reduce(&srcs, &mut residuals, out, &mut c.packed, &mut c.scratch);
-        }
-    }));
-}
+// SAFETY: the pointers are into store-owned arrays that the host op running the job declares
+// (sources read; destination and residuals written) and that the store frees only after
+// waiting for that op.
+unsafe impl Send for SumJob {}
 
-unsafe extern "C" fn free_sum(param: *mut c_void) {
-    // SAFETY: the `Box<SumJob>` leaked when it was pushed; the engine frees it once.
-    unsafe { drop(Box::from_raw(param as *mut SumJob)) }
+impl SumJob {
+    /// Runs the sum on a host engine thread, once the staged copies are written and every
+    /// earlier user of the destination is done.
+    fn run(&mut self) -> Result<()> {
+        super::key::fail_sum_for_test()?;
+        match &mut self.compressed {
+            None => {
+                // SAFETY: as for `Send`: no other op touches these arrays now; the sources
+                // are distinct store-owned buffers from the destination.
+                let dst = unsafe { std::slice::from_raw_parts_mut(self.dst.0, self.dst.1) };
+                let srcs: Vec<&[u8]> = self.srcs.iter().map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) }).collect();
+                crate::reduce::sum_into(self.dtype, self.order, dst, &srcs, 1);
+            }
+            Some(c) => {
+                // SAFETY: as above; float32 buffers (checked at the push), all distinct.
+                let out = unsafe { floats(self.dst.0, self.dst.1) };
+                let srcs: Vec<&[f32]> = self.srcs.iter().map(|&(p, n)| &*unsafe { floats(p as *mut u8, n) }).collect();
+                let mut residuals: Vec<&mut [f32]> = c.residuals.iter().map(|&(p, n)| unsafe { floats(p, n) }).collect();
+                c.compression.reduce(&srcs, &mut residuals, out, &mut c.packed, &mut c.scratch);
+            }
+        }
+        Ok(())
+    }
 }
-
-/// MXNet 1.9's `FnProperty::kCPUPrioritized`, as MXNet's own CPU reductions use.
-static CPU_PRIORITIZED: c_int = 3;
 
 impl HostedStore {
     pub fn new(name: &str) -> Result<HostedStore> {
@@ -604,33 +598,24 @@ impl HostedStore {
         if compression.is_some() {
             writes.extend(entry.residuals[..used].iter().map(|r| r.handle));
         }
-        let job = Box::new(SumJob {
+        let job = SumJob {
             dtype: entry.dtype,
             order: self.order,
             dst: (dst_ptr, dst_len),
             srcs: stages.iter().map(|s| (s.ptr as *const u8, s.len)).collect(),
             compressed,
-        });
-        let mut reads: Vec<NDArrayHandle> = stages.iter().map(|s| s.handle).collect();
-        let param = Box::into_raw(job);
-        // SAFETY: MXEnginePushSyncND with live handle arrays (read during the call), MXNet
-        // 1.9's Context and FnProperty values, and a param the engine frees with free_sum.
-        let rc = unsafe {
-            (host.api.push_sync_nd)(
-                Some(run_sum),
-                param as *mut c_void,
-                Some(free_sum),
-                &CPU0 as *const HostContext as *const c_void,
-                reads.as_mut_ptr(),
-                reads.len() as c_int,
-                writes.as_mut_ptr(),
-                writes.len() as c_int,
-                &CPU_PRIORITIZED as *const c_int as *const c_void,
-                priority,
-                c"KVStoreReduce".as_ptr(),
-            )
         };
-        host.check(rc, "MXEnginePushSyncND")?;
+        let reads: Vec<NDArrayHandle> = stages.iter().map(|s| s.handle).collect();
+        let mut job = job;
+        // A failing or panicking sum fails the host op: the host keeps the failure on the
+        // destination (and what is computed from it) and reports it at the next wait.
+        push_async(host, &reads, &writes, priority, (c"KVStoreReduce", Property::CpuPrioritized), move |done| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())) {
+                Ok(Ok(())) => done.finish(),
+                Ok(Err(e)) => done.fail(&format!("libkvstore's sum failed: {}", e.message())),
+                Err(_) => done.fail("libkvstore's sum failed: internal error (panic)"),
+            }
+        })?;
         match (updaters, &entry.merged) {
             (Some(u), Some(merged)) => {
                 let recv = host.shallow_copy(merged.handle)?;

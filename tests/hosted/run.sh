@@ -81,6 +81,13 @@ for control in hosted uncompressed; do
 done
 echo "compressed negative controls (a dropped source; no compression) differ, as they must"
 
+# A failing or panicking sum reaches the host's waiters (MXNet's engine rethrows it at the
+# next wait on the pulled value), in both reductions (local: CommCPU order; device).
+for store in local device; do
+  KVSTORE_HOSTED_TEST_FAIL_SUM=error hosted "$py" tests/hosted/failing_sum.py $store "KVSTORE_HOSTED_TEST_FAIL_SUM=error" 2>/dev/null
+  KVSTORE_HOSTED_TEST_FAIL_SUM=panic hosted "$py" tests/hosted/failing_sum.py $store "internal error (panic)" 2>/dev/null
+done
+
 # The store is libkvstore's, ordered by the host's engine.
 echo "pure MXNet:"; "$py" tests/hosted/proof.py pure 2>/dev/null
 echo "hosted:"
