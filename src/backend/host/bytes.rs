@@ -37,3 +37,40 @@ impl ByteKernels for HostBytes {
         compression.dequantize(packed, out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::{BackendKind, CompressionType, GradientCompression, SumOrder};
+    use crate::base::DType;
+
+    /// The dist store's bytes are on the host whatever the backend: the GPU backend's byte
+    /// kernels are the host's, and run without a device.
+    #[test]
+    fn every_backends_byte_kernels_run_on_host_bytes() {
+        let gc = GradientCompression { kind: CompressionType::TwoBit, threshold: 0.5 };
+        let results: Vec<_> = [BackendKind::Host, BackendKind::Gpu]
+            .into_iter()
+            .map(|kind| {
+                let k = kind.backend().byte_kernels();
+                let a: &[u8] = bytemuck::cast_slice(&[1.0f32, -0.75, 0.25]);
+                let b: &[u8] = bytemuck::cast_slice(&[0.5f32, 0.5, 0.5]);
+                let mut sum = vec![0u8; a.len()];
+                k.sum(DType::Float32, SumOrder::Serial, &mut sum, &[a, b], 1);
+                k.add(DType::Float32, &mut sum, b);
+                let mut half = vec![0u8; 6];
+                k.copy_cast(DType::Float32, &sum, DType::Float16, &mut half, 1);
+                let (mut residual, mut packed) = (vec![0f32; 3], vec![0u8; gc.packed_bytes(3)]);
+                k.compress(&gc, bytemuck::cast_slice(&sum), &mut residual, &mut packed);
+                let mut sent = vec![0f32; 3];
+                k.decompress(&gc, &packed, &mut sent);
+                let (ids, rows) = k.sum_rows(DType::Float32, 4, &[(&[0, 2], &a[..8]), (&[2], &b[..4])]).unwrap();
+                (bytemuck::cast_slice::<u8, f32>(&sum).to_vec(), half, sent, residual, ids, rows.bytes().to_vec())
+            })
+            .collect();
+        let (sum, _, sent, residual, ids, rows) = &results[0];
+        assert_eq!(sum, &[2.0, 0.25, 1.25]);
+        assert_eq!((sent.as_slice(), residual.as_slice()), (&[0.5, 0.0, 0.5][..], &[1.5, 0.25, 0.75][..]));
+        assert_eq!((ids.as_slice(), bytemuck::cast_slice::<u8, f32>(rows)), (&[0i64, 2][..], &[1.0f32, -0.25][..]));
+        assert_eq!(results[0], results[1]);
+    }
+}
