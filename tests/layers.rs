@@ -133,3 +133,99 @@ fn no_import_cycle_between_top_level_modules_or_sibling_files() {
         assert!(extra.is_empty(), "{module} uses {extra:?}");
     }
 }
+
+/// The paths from `crate::` in `code`, use groups expanded (`crate::{a::b, c}` gives `a::b`
+/// and `c`; `crate::a::{self, b}` gives `a::self` and `a::b`); a group's paths end where their
+/// names do.
+fn crate_paths(code: &str) -> Vec<String> {
+    /// The paths of the use tree at the start of `s`, each prefixed by `prefix`, and where the
+    /// tree ends in `s`.
+    fn tree(s: &str, prefix: &str) -> (Vec<String>, usize) {
+        let mut path = prefix.to_string();
+        let mut i = 0;
+        loop {
+            i += s[i..].len() - s[i..].trim_start().len();
+            let name: String = s[i..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            i += name.len();
+            path.push_str(&name);
+            let rest = s[i..].trim_start();
+            if let Some(after) = rest.strip_prefix("::") {
+                i = s.len() - after.len();
+                path.push_str("::");
+                continue;
+            }
+            if let Some(mut group) = rest.strip_prefix('{') {
+                let mut paths = Vec::new();
+                loop {
+                    let (inner, used) = tree(group, &path);
+                    paths.extend(inner);
+                    let rest = group[used..].trim_start();
+                    let rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+                    if let Some(after) = rest.strip_prefix('}') {
+                        return (paths, s.len() - after.len());
+                    }
+                    if rest.len() == group.len() {
+                        // Not a use tree after all: nothing more to read.
+                        return (paths, s.len() - rest.len());
+                    }
+                    group = rest;
+                }
+            }
+            return (vec![path], i);
+        }
+    }
+    code.match_indices("crate::")
+        .filter(|(i, _)| !code[..*i].ends_with('$') && !code[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+        .flat_map(|(i, p)| tree(&code[i + p.len()..], "").0)
+        .collect()
+}
+
+/// The store plans, the backends execute (`src/backend/mod.rs`): no file of `src/store/` names
+/// a kernel, so a store runs on whichever backend its context's is. The rule, textual, on each
+/// file's code as above (comments and its `#[cfg(test)] mod tests` left out, and `tests.rs`
+/// files, which are test modules, too):
+/// - no path from `crate::` (use groups expanded) to `reduce`, `compression` or `gpu` (the
+///   kernels), nor to `backend::host` or `backend::gpu` (the backends themselves: a store
+///   reaches one by context, `backend::for_context`); the compression's parameter types, which
+///   a store does keep, are `crate::backend`'s re-exports;
+/// - no `cudarc` anywhere;
+/// - no call of anything named `quantize`, `dequantize` or `reduce` (written `.name(` or
+///   `::name(`): the compression's kernels are methods of its parameter type, so naming the
+///   type is allowed and calling them is not. (The store has no other `reduce` to call; an
+///   iterator's is spelt `fold` there.)
+#[test]
+fn no_store_module_names_a_kernel() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut files = Vec::new();
+    rust_files(&store, &mut files);
+    assert!(files.len() >= 10, "found only {files:?}");
+    let kernel_modules = ["reduce", "compression", "gpu", "backend::host", "backend::gpu"];
+    let kernel_calls = ["quantize(", "dequantize(", "reduce("];
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| f.file_name().is_some_and(|n| n != "tests.rs")) {
+        let code = code(file);
+        let shown = file.strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap().display();
+        for path in crate_paths(&code) {
+            if kernel_modules.iter().any(|m| path == *m || path.starts_with(&format!("{m}::"))) {
+                found.push(format!("{shown}: crate::{path}"));
+            }
+        }
+        if code.contains("cudarc") {
+            found.push(format!("{shown}: cudarc"));
+        }
+        for call in kernel_calls {
+            for (i, _) in code.match_indices(call) {
+                if code[..i].ends_with('.') || code[..i].ends_with("::") {
+                    found.push(format!("{shown}: a call of {}", &call[..call.len() - 1]));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "store modules naming kernels (reach them through crate::backend):\n{}", found.join("\n"));
+}
+
+#[test]
+fn crate_paths_expand_use_groups() {
+    let code = "use crate::{reduce::{self, sparse,}, base::DType};\nuse crate::compression::*;\nlet x = crate::backend::for_context(c);\nfoo_crate::reduce";
+    assert_eq!(crate_paths(code), ["reduce::self", "reduce::sparse", "base::DType", "compression::", "backend::for_context"]);
+}

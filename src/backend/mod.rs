@@ -12,7 +12,12 @@
 //!
 //! Which backend runs a job: that of its destination's context (for a copy to several
 //! outputs, the first output's; the store keeps a batch to one backend).
+//!
+//! Code that works on host bytes rather than arrays (a distributed store's worker and server,
+//! on what they send and receive) runs its kernels on the calling thread through the same
+//! seam: [`Backend::byte_kernels`], the [`ByteKernels`] of its context's backend.
 
+mod bytes;
 pub(crate) mod gpu;
 pub(crate) mod host;
 
@@ -21,7 +26,8 @@ use crate::ndarray::{Context, DeviceType, NDArray};
 use std::ops::Range;
 use std::sync::Arc;
 
-pub use crate::compression::GradientCompression;
+pub use bytes::ByteKernels;
+pub use crate::compression::{CompressionType, GradientCompression};
 pub use crate::reduce::SumOrder;
 /// A `device` store's merge-buffer placement (MXNet's `CommDevice::InitMergeBuffer`).
 pub use crate::gpu::placement::MergePlacement;
@@ -88,6 +94,12 @@ pub trait Backend: Sync {
 
     /// `dst = src` (dense, same shape) on the calling thread, after pending ops on both.
     fn copy_sync(&self, src: &NDArray, dst: &NDArray) -> Result<()>;
+
+    /// The kernels over host bytes that code working on host copies of this backend's values
+    /// runs (a distributed store's wire bytes). Every backend's are the host's for now: a
+    /// backend whose memory is not host memory stages its values to host first
+    /// ([`host_readable`]).
+    fn byte_kernels(&self) -> &'static dyn ByteKernels;
 }
 
 /// The kinds of backend, for keeping a batch to one of them.

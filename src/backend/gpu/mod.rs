@@ -17,7 +17,7 @@ mod staged;
 mod sum;
 
 use super::host::HOST;
-use super::{Backend, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
+use super::{Backend, ByteKernels, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
 use crate::ndarray::NDArray;
 pub(crate) use staged::host_readable;
@@ -185,5 +185,10 @@ impl Backend for Gpu {
         check_cross_device(src, dst)?;
         self.copy_any(src, dst, 0);
         dst.wait_to_read()
+    }
+
+    /// The host's: byte kernels read and write host memory, where GPU values are staged.
+    fn byte_kernels(&self) -> &'static dyn ByteKernels {
+        &super::host::HOST_BYTES
     }
 }

@@ -3,11 +3,12 @@
 //! and takes the arrays' memory locks. A job touching GPU memory (a `local` store's GPU
 //! values, a pull into GPU outputs) goes to the GPU backend, which stages it back here.
 
+mod bytes;
 mod copy;
 mod failpoint;
 
 use super::gpu::{touches_device, GPU};
-use super::{Backend, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
+use super::{Backend, ByteKernels, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::base::buffer::{typed, typed_mut, Buffer};
 use crate::base::DType;
 use crate::engine::{engine, OpEnv, Var};
@@ -18,6 +19,7 @@ use crate::reduce::sparse;
 use crate::reduce::{copy_cast_many, copy_cast_many_unfenced, fence_copies, sum_into};
 use std::sync::Arc;
 
+pub(crate) use bytes::HOST_BYTES;
 pub(crate) use copy::copy_any_now;
 
 /// The host backend.
@@ -121,6 +123,10 @@ impl Backend for Host {
         src.check_copy_to(dst)?;
         let threads = engine().thread_budget();
         engine().run_sync(&[src.var()], &[dst.var()], || copy::copy_dense_now(src, dst, threads))?
+    }
+
+    fn byte_kernels(&self) -> &'static dyn ByteKernels {
+        &HOST_BYTES
     }
 }
 

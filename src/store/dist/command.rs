@@ -48,17 +48,17 @@ impl Command {
 
 /// MXNet's encoding of compression parameters for the servers: `"<type>,<threshold>"`, type 1
 /// for `2bit` (and 2 for libkvstore's `1bit`).
-pub fn encode_compression(gc: &crate::compression::GradientCompression) -> String {
+pub fn encode_compression(gc: &crate::backend::GradientCompression) -> String {
     let kind = match gc.kind {
-        crate::compression::CompressionType::TwoBit => 1,
-        crate::compression::CompressionType::OneBit => 2,
+        crate::backend::CompressionType::TwoBit => 1,
+        crate::backend::CompressionType::OneBit => 2,
     };
     format!("{kind},{:.6}", gc.threshold)
 }
 
 /// The compression a server applies for `body`; `None` for type 0 (none).
-pub fn decode_compression(body: &str) -> crate::Result<Option<crate::compression::GradientCompression>> {
-    use crate::compression::{CompressionType, GradientCompression};
+pub fn decode_compression(body: &str) -> crate::Result<Option<crate::backend::GradientCompression>> {
+    use crate::backend::{CompressionType, GradientCompression};
     let mut parts = body.split(',');
     let kind = parts.next().unwrap_or("").trim();
     let threshold = match parts.next().map(str::trim).filter(|t| !t.is_empty()) {
@@ -95,7 +95,7 @@ mod tests {
 
     #[test]
     fn compression_parameters_round_trip_in_mxnets_encoding() {
-        let gc = crate::compression::GradientCompression { kind: crate::compression::CompressionType::TwoBit, threshold: 0.5 };
+        let gc = crate::backend::GradientCompression { kind: crate::backend::CompressionType::TwoBit, threshold: 0.5 };
         assert_eq!(encode_compression(&gc), "1,0.500000");
         assert_eq!(decode_compression("1,0.500000").unwrap(), Some(gc));
         assert_eq!(decode_compression("0").unwrap(), None);

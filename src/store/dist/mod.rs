@@ -49,6 +49,12 @@ impl std::fmt::Debug for DistStore {
     }
 }
 
+/// The kernels a worker and a server run on the bytes they send and receive: those of the
+/// backend of the store's context, where their values live.
+fn byte_kernels() -> &'static dyn crate::backend::ByteKernels {
+    crate::backend::for_context(crate::store::STORE_CONTEXT).byte_kernels()
+}
+
 /// Checks `DMLC_NUM_WORKER` / `DMLC_NUM_SERVER`, when set, against the MPI job.
 fn check_counts(node: &transport::Node) -> Result<()> {
     for (var, role) in [("DMLC_NUM_WORKER", Role::Worker), ("DMLC_NUM_SERVER", Role::Server)] {

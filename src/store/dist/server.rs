@@ -6,6 +6,7 @@
 //! updater and controller calls run on the `RunServer` thread (Python needs its main thread),
 //! the receiver waiting for them, as MXNet's `Executor::Exec`.
 
+use super::byte_kernels;
 use super::command::{decode_compression, Command};
 use super::members::{Members, Waiter};
 use super::round::{advance, sum_order, Folds, Request, Round, SumOrder};
@@ -13,11 +14,10 @@ use super::role::Role;
 use super::transport::Node;
 use super::wire::{self, Msg};
 use super::Controller;
-use crate::compression::GradientCompression;
+use crate::backend::GradientCompression;
 use crate::engine::engine;
 use crate::error::Result;
 use crate::ndarray::{DType, NDArray};
-use crate::reduce::{add_into, copy_cast};
 use crate::store::{IntUpdater, STORE_CONTEXT};
 use crossbeam::channel::{unbounded, Receiver, Sender};
 use parking_lot::{Mutex, MutexGuard, RwLock};
@@ -298,7 +298,7 @@ impl ServerCore {
             }
             crate::ensure!(e.round.is_empty(), "Multiprecision mode can not be set while pushes are underway");
             let master = NDArray::zeros(e.stored.shape(), STORE_CONTEXT, DType::Float32)?;
-            read_now(&e.stored, |s| write_now(&master, |d| copy_cast(e.dtype, s, DType::Float32, d, 1)))??;
+            read_now(&e.stored, |s| write_now(&master, |d| byte_kernels().copy_cast(e.dtype, s, DType::Float32, d, 1)))??;
             e.stored_dtype = Some(std::mem::replace(&mut e.stored, master));
             e.merged = None;
         }
@@ -435,13 +435,13 @@ impl ServerCore {
             crate::ensure!(dtype == DType::Float32, "compressed pushes must be float32");
             crate::ensure!(data.len() == gc.packed_bytes(len), "compressed push of {} bytes for {len} values", data.len());
             let mut out = vec![0f32; len];
-            gc.dequantize(data, &mut out);
+            byte_kernels().decompress(&gc, data, &mut out);
             Cow::Owned(bytemuck::cast_slice(&out).to_vec())
         } else {
             crate::ensure!(data.len() == len * dtype.size(), "push of {} bytes for {len} {} values", data.len(), dtype.name());
             if mp {
                 let mut out = vec![0u8; len * 4];
-                copy_cast(dtype, data, DType::Float32, &mut out, 1);
+                byte_kernels().copy_cast(dtype, data, DType::Float32, &mut out, 1);
                 Cow::Owned(out)
             } else {
                 Cow::Borrowed(data)
@@ -515,7 +515,7 @@ impl ServerCore {
             self.exec(|done| Job::Update { key, recv, stored: st, done });
         }
         if let Some(sd) = &stored_dtype {
-            read_now(&stored, |s| write_now(sd, |d| copy_cast(DType::Float32, s, dtype, d, 1)))??;
+            read_now(&stored, |s| write_now(sd, |d| byte_kernels().copy_cast(DType::Float32, s, dtype, d, 1)))??;
         }
         let answer = stored_dtype.unwrap_or(stored);
         read_now(&answer, |value| {
@@ -601,7 +601,7 @@ impl Entry {
         }
         let merged = self.merged.as_ref().ok_or_else(|| crate::Error::new("a round's sum vanished"))?;
         let work = self.stored.dtype();
-        write_now(merged, |d| add_into(work, d, value))
+        write_now(merged, |d| byte_kernels().add(work, d, value))
     }
 
     /// Starts the round's sum with `value`.
@@ -633,7 +633,7 @@ impl Folds for RspEntry {
         }
         let work = self.stored.dtype();
         let (mids, mdata) = std::mem::take(&mut self.merged);
-        let (sum_ids, sum) = crate::reduce::sparse::sum_rows(work, self.row_len * work.size(), &[(&mids, &mdata), (&ids, &data)])?;
+        let (sum_ids, sum) = byte_kernels().sum_rows(work, self.row_len * work.size(), &[(&mids, &mdata), (&ids, &data)])?;
         self.merged = (sum_ids, sum.bytes().to_vec());
         Ok(())
     }
@@ -642,7 +642,7 @@ impl Folds for RspEntry {
 /// `data` (values of `from`) as a buffer of `to` values.
 fn cast_buffer(from: DType, data: &[u8], to: DType) -> Result<crate::base::buffer::Buffer> {
     let mut out = crate::base::buffer::Buffer::zeroed(data.len() / from.size() * to.size())?;
-    copy_cast(from, data, to, out.bytes_mut(), 1);
+    byte_kernels().copy_cast(from, data, to, out.bytes_mut(), 1);
     Ok(out)
 }
 

@@ -4,17 +4,17 @@
 //! are engine ops on the key's buffer, so a pull runs after this worker's earlier push.
 //! Every call has been checked by the store's planner before it gets here ([`Servers`]).
 
+use super::byte_kernels;
 use super::command::{encode_compression, Command};
 use super::names::DistMode;
 use super::role::Role;
 use super::shard::{self, Part, RowPart};
 use super::transport::Node;
 use super::wire::{self, Msg};
-use crate::compression::GradientCompression;
+use crate::backend::{GradientCompression, SumOrder};
 use crate::engine::{engine, OpDone};
 use crate::error::Result;
 use crate::ndarray::{DType, NDArray, StorageType};
-use crate::reduce::{sum_into, SumOrder};
 use crate::store::Servers;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -273,6 +273,7 @@ impl Worker {
         let delay = super::failpoint::push_delay(self.rank);
         engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
             std::thread::sleep(delay);
+            let kernels = byte_kernels();
             let dtype = values[0].dtype();
             let esz = dtype.size();
             let want_data = flags & wire::PUSH_PULL != 0;
@@ -294,7 +295,7 @@ impl Worker {
                         Some(gc) => {
                             let grad: &[f32] = crate::base::buffer::typed(bytes);
                             let mut packed = vec![0u8; gc.packed_bytes(p.len)];
-                            gc.quantize(grad, &mut residual[p.offset..p.offset + p.len], &mut packed);
+                            kernels.compress(&gc, grad, &mut residual[p.offset..p.offset + p.len], &mut packed);
                             let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, packed.len());
                             m.extend_from_slice(&packed);
                             m
@@ -316,7 +317,7 @@ impl Worker {
                 let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
                 let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
                 let mut out = vec![0u8; srcs[0].len()];
-                sum_into(dtype, order, &mut out, &srcs, 1);
+                kernels.sum(dtype, order, &mut out, &srcs, 1);
                 send_parts(&out);
             }
         });
@@ -345,7 +346,7 @@ impl Worker {
                 }
                 let rows = values.iter().map(|v| v.rows_now()).collect::<Result<Vec<_>>>()?;
                 let inputs: Vec<(&[i64], &[u8])> = rows.iter().map(|r| (r.ids.as_slice(), r.data.as_slice())).collect();
-                let (ids, buf) = crate::reduce::sparse::sum_rows(dtype, row_bytes, &inputs)?;
+                let (ids, buf) = byte_kernels().sum_rows(dtype, row_bytes, &inputs)?;
                 Ok((ids, buf.bytes().to_vec()))
             };
             let (ids, data) = match summed() {
