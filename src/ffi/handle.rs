@@ -20,6 +20,8 @@ use std::sync::Arc;
 enum Object {
     NDArray(Option<NDArray>),
     KVStore(Arc<KVStore>),
+    /// A hosted-mode store (`hosted`), opaque here: the FFI floor does not know its type.
+    HostedKVStore(Arc<dyn std::any::Any + Send + Sync>),
     Profile(crate::profiler::objects::Handle),
 }
 
@@ -27,7 +29,7 @@ impl Object {
     fn kind(&self) -> &'static str {
         match self {
             Object::NDArray(_) => "an NDArrayHandle",
-            Object::KVStore(_) => "a KVStoreHandle",
+            Object::KVStore(_) | Object::HostedKVStore(_) => "a KVStoreHandle",
             Object::Profile(_) => "a ProfileHandle",
         }
     }
@@ -214,6 +216,31 @@ pub(crate) fn free_kvstore(handle: *mut c_void) -> Result<()> {
     // The store's last reference may go here: drop it outside the registry lock.
     drop(object);
     Ok(())
+}
+
+/// A new KVStore handle for a hosted-mode store: checked (unknown, freed and wrong-kind handles
+/// refused) as native ones are.
+pub(crate) fn new_hosted_kvstore(store: Arc<dyn std::any::Any + Send + Sync>) -> *mut c_void {
+    REGISTRY.write().insert(Object::HostedKVStore(store))
+}
+
+/// The hosted-mode store behind a KVStore handle.
+pub(crate) fn hosted_kvstore(handle: *mut c_void, arg: &str) -> Result<Arc<dyn std::any::Any + Send + Sync>> {
+    match lookup(handle, arg, "KVStoreHandle")? {
+        Object::HostedKVStore(store) => Ok(store),
+        other => crate::bail!("{arg} ({handle:p}) is {}, not a hosted-mode KVStoreHandle", other.kind()),
+    }
+}
+
+/// Frees a hosted-mode store's handle; returns the store for its owner to release.
+pub(crate) fn free_hosted_kvstore(handle: *mut c_void) -> Result<Arc<dyn std::any::Any + Send + Sync>> {
+    let mut registry = REGISTRY.write();
+    let object = match lookup_in(&registry, handle, &|| "handle".to_string(), "KVStoreHandle")? {
+        Object::HostedKVStore(store) => store,
+        other => crate::bail!("handle ({handle:p}) is {}, not a hosted-mode KVStoreHandle", other.kind()),
+    };
+    registry.remove(handle);
+    Ok(object)
 }
 
 /// A new ProfileHandle.

@@ -10,7 +10,7 @@ mod cstr_table;
 pub(crate) mod exports;
 mod features;
 mod fork;
-mod handle;
+pub(crate) mod handle;
 mod kvstore;
 mod kvstore_calls;
 mod last_error;

@@ -8,14 +8,11 @@ use super::host::Host;
 use super::key::Key;
 use super::store::HostedStore;
 use crate::ffi::{mx_uint, KVStoreHandle, MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
+use crate::ffi::handle;
 use crate::Result;
-use parking_lot::Mutex;
-use std::collections::HashSet;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
-
-/// The live stores' addresses: a handle that is not one of them is refused.
-static STORES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+use std::sync::Arc;
 
 /// Runs a hosted export's body: errors and panics become -1 with the message in the host's
 /// last error, prefixed with `name` (the export's, from `hosted_export!`).
@@ -43,15 +40,12 @@ macro_rules! hosted_export {
     }};
 }
 
-fn store<'a>(handle: KVStoreHandle) -> Result<&'a HostedStore> {
-    let known = STORES
-        .lock()
-        .as_ref()
-        .is_some_and(|s| s.contains(&(handle as usize)));
-    crate::ensure!(known, "invalid KVStore handle {handle:p}");
-    // SAFETY: a live `Box<HostedStore>` registered in STORES; freed only by MXKVStoreFree,
-    // which the C contract forbids racing with other calls on the same handle.
-    Ok(unsafe { &*(handle as *const HostedStore) })
+/// The store behind `handle`, from libkvstore's handle registry: an unknown, freed or
+/// wrong-kind handle is refused, as native ones are, and a call holds the store alive.
+fn store(h: KVStoreHandle) -> Result<Arc<HostedStore>> {
+    handle::hosted_kvstore(h, "handle")?
+        .downcast::<HostedStore>()
+        .map_err(|_| crate::Error::new(format!("handle ({h:p}) is not a hosted store")))
 }
 
 fn handles<'a>(ptr: *mut NDArrayHandle, n: u32, what: &str) -> Result<&'a [NDArrayHandle]> {
@@ -107,13 +101,9 @@ extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) ->
         );
         // SAFETY: a NUL-terminated string (checked non-NULL).
         let name = unsafe { CStr::from_ptr(r#type) }.to_string_lossy();
-        let raw = Box::into_raw(Box::new(HostedStore::new(&name)?));
-        STORES
-            .lock()
-            .get_or_insert_with(HashSet::new)
-            .insert(raw as usize);
+        let store: Arc<dyn std::any::Any + Send + Sync> = Arc::new(HostedStore::new(&name)?);
         // SAFETY: checked non-NULL.
-        unsafe { *out = raw as KVStoreHandle };
+        unsafe { *out = handle::new_hosted_kvstore(store) };
         Ok(())
     })
 }
@@ -121,10 +111,12 @@ extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle) ->
 extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     hosted_export!(|host| {
         store(handle)?;
-        STORES.lock().as_mut().map(|s| s.remove(&(handle as usize)));
-        // SAFETY: registered, now unregistered: this is the only owner.
-        let boxed = unsafe { Box::from_raw(handle as *mut HostedStore) };
-        boxed.free(host);
+        let freed = handle::free_hosted_kvstore(handle)?;
+        // A call racing the free (the C contract forbids it) still holds the store: it is
+        // then released, unwaited, when that call ends.
+        if let Some(store) = freed.downcast::<HostedStore>().ok().and_then(Arc::into_inner) {
+            store.free(host);
+        }
         Ok(())
     })
 }

@@ -88,6 +88,9 @@ for store in local device; do
   KVSTORE_HOSTED_TEST_FAIL_SUM=panic hosted "$py" tests/hosted/failing_sum.py $store "internal error (panic)" 2>/dev/null
 done
 
+# Hosted KVStore handles are checked as native ones: freed and made-up handles refused.
+hosted "$py" tests/hosted/handles.py
+
 # The store is libkvstore's, ordered by the host's engine.
 echo "pure MXNet:"; "$py" tests/hosted/proof.py pure 2>/dev/null
 echo "hosted:"
