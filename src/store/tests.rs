@@ -291,3 +291,96 @@ fn nccl_refuses_sparse_arrays_compression_and_host_sums_and_changes_nothing() {
     let m = message(kv.push(Keys::Int(&[6, 6]), &[i8.clone(), i8], 0));
     assert!(m.contains("on GPUs only"), "{m}");
 }
+
+/// A distributed store's comm that records what reaches its servers: the store's planner must
+/// check every call (with the distributed rules) before anything gets here.
+struct RecordingServers(Arc<parking_lot::Mutex<Vec<String>>>);
+
+impl Comm for RecordingServers {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Local
+    }
+    fn sum_order(&self) -> SumOrder {
+        SumOrder::CpuComm
+    }
+    fn applies_compression(&self) -> bool {
+        true
+    }
+    fn rules(&self) -> Rules {
+        Rules::distributed()
+    }
+    fn servers(&self, _call: &str) -> Result<Option<&dyn Servers>> {
+        Ok(Some(self))
+    }
+}
+
+impl Servers for RecordingServers {
+    fn init(&self, inits: &[(i32, NDArray, NDArray)], _: Option<GradientCompression>) -> Result<()> {
+        self.0.lock().push(format!("init {:?}", inits.iter().map(|i| i.0).collect::<Vec<_>>()));
+        Ok(())
+    }
+    fn push(&self, jobs: Vec<(i32, Vec<NDArray>, NDArray)>, compression: Option<GradientCompression>, fetch_back: bool, _: i32) {
+        for (id, values, _) in jobs {
+            self.0.lock().push(format!("push {id} x{} compressed={} fetch_back={fetch_back}", values.len(), compression.is_some()));
+        }
+    }
+    fn fetch(&self, id: i32, _: &NDArray, _: i32) {
+        self.0.lock().push(format!("fetch {id}"));
+    }
+    fn fetch_rows(&self, id: i32, _: &NDArray, _: &NDArray, _: i32) -> Result<()> {
+        self.0.lock().push(format!("fetch_rows {id}"));
+        Ok(())
+    }
+}
+
+#[test]
+fn distributed_calls_are_checked_by_the_planner_and_refused_ones_reach_no_server() {
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let kv = KVStore::with_comm("dist_sync".into(), Box::new(RecordingServers(Arc::clone(&log)))).unwrap();
+    let dense = || NDArray::zeros(&[5, 2], Context::cpu(0), DType::Float32).unwrap();
+    let one_d_sparse = NDArray::empty_row_sparse(&[5], Context::cpu(0), DType::Float32).unwrap();
+    let refused = |r: Result<()>, why: &str| {
+        let e = r.expect_err(why);
+        assert!(e.message().contains(why), "{e}");
+    };
+    refused(kv.init(Keys::Int(&[9]), &[one_d_sparse]), "needs rows of at least one element");
+    kv.init(Keys::Int(&[1, 2]), &[dense(), row_sparse(5, &[0, 4], 1.0)]).unwrap();
+    refused(kv.init(Keys::Int(&[1]), &[dense()]), "duplicate init of key 1");
+    // Pushes keep the key's storage type; pulls are dense, of dense keys, ignoring sparse outputs.
+    refused(kv.push(Keys::Int(&[1]), &[row_sparse(5, &[1], 1.0)], 0), "push of a row_sparse value to a default key");
+    refused(kv.push(Keys::Int(&[2]), &[dense()], 0), "(row_sparse keys take row_sparse pushes and PullRowSparse)");
+    refused(kv.push(Keys::Int(&[7]), &[dense()], 0), "key 7 has not been inited");
+    refused(kv.push(Keys::Int(&[1]), &[NDArray::zeros(&[2, 5], Context::cpu(0), DType::Float32).unwrap()], 0), "shape mismatch for key 1");
+    refused(kv.pull(Keys::Int(&[1]), &[dense()], 0, false), "doesn't support ignore_sparse=False");
+    refused(kv.pull(Keys::Int(&[2]), &[dense()], 0, true), "are read with PullRowSparse");
+    refused(kv.push_pull(Keys::Int(&[1]), &[dense()], Keys::Int(&[2]), &[dense()], 0), "are read with PullRowSparse");
+    let f64_out = NDArray::zeros(&[5, 2], Context::cpu(0), DType::Float64).unwrap();
+    refused(kv.push_pull(Keys::Int(&[1]), &[dense()], Keys::Int(&[1]), &[f64_out], 0), "Output buffer dtype is different");
+    let rid = NDArray::zeros(&[1], Context::cpu(0), DType::Int64).unwrap();
+    let rsp_out = || NDArray::empty_row_sparse(&[5, 2], Context::cpu(0), DType::Float32).unwrap();
+    refused(kv.pull_row_sparse(Keys::Int(&[2, 2]), &[rsp_out(), rsp_out()], &[rid.clone(), rid.clone()], 0), "appears twice");
+    refused(kv.pull_row_sparse(Keys::Int(&[1]), &[rsp_out()], &[rid.clone()], 0), "PullRowSparse expects row_sparse src");
+    refused(kv.push(Keys::Str(&["a"]), &[dense()], 0), "Mixed key types");
+    assert_eq!(*log.lock(), vec!["init [1, 2]"], "a refused call reached the servers");
+    // Accepted calls reach them: one job per key, values grouped in ascending key order.
+    kv.push(Keys::Int(&[2, 1, 1]), &[row_sparse(5, &[3], 1.0), dense(), dense()], 0).unwrap();
+    kv.pull(Keys::Int(&[1, 1]), &[dense(), dense()], 0, true).unwrap();
+    kv.push_pull(Keys::Int(&[1]), &[dense()], Keys::Int(&[1]), &[dense()], 0).unwrap();
+    kv.pull_row_sparse(Keys::Int(&[2]), &[rsp_out()], &[rid.clone()], 0).unwrap();
+    kv.set_gradient_compression(&[("type".into(), "2bit".into())]).unwrap();
+    refused(kv.push_pull(Keys::Int(&[1]), &[dense()], Keys::Int(&[1]), &[dense()], 0), "Compression not supported with PushPull");
+    refused(kv.push(Keys::Int(&[2]), &[row_sparse(5, &[3], 1.0)], 0), "gradient compression does not support row_sparse values");
+    kv.push(Keys::Int(&[1]), &[dense()], 0).unwrap();
+    assert_eq!(
+        *log.lock(),
+        vec![
+            "init [1, 2]",
+            "push 1 x2 compressed=false fetch_back=false",
+            "push 2 x1 compressed=false fetch_back=false",
+            "fetch 1",
+            "push 1 x1 compressed=false fetch_back=true",
+            "fetch_rows 2",
+            "push 1 x1 compressed=true fetch_back=false",
+        ]
+    );
+}
