@@ -6,6 +6,7 @@
 //! (`engine().wait_all()`), not only its own, so scenarios end with each worker waiting for
 //! its last pull, and never leave a peer's push waiting on a worker that is exiting.
 
+mod compression;
 mod refusals;
 mod rounds;
 mod row_sparse;

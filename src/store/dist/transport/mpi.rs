@@ -140,7 +140,7 @@ struct MpiTransport {
     roles: Vec<Role>,
     // One send at a time per destination keeps a big message from interleaving with nothing:
     // MPI orders messages between a pair anyway; this lock only serialises the plugin calls
-    // of one process, which MPI_THREAD_MULTIPLE would allow but buys nothing on loopback.
+    // of one process, which MPI_THREAD_MULTIPLE would allow but buys nothing on one host.
     send_lock: Mutex<()>,
 }
 
