@@ -65,6 +65,8 @@ fn run_node(rank: usize, node: Arc<Node>, mode: DistMode, server: &ServerSetup, 
         let store = Arc::new(DistStore::on(node, mode).map_err(|e| e.message().to_string())?);
         match &*store {
             DistStore::Worker(_) => {
+                let registered = super::LIVE_WORKER.lock().as_ref().and_then(std::sync::Weak::upgrade);
+                assert!(registered.is_none(), "a loopback worker was registered for the process exit hook");
                 // Reported before the store is dropped: a failed worker's exit may wait for
                 // peers that wait for it.
                 catch(|| Ok(worker(&store)))?;
