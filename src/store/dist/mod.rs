@@ -1,7 +1,8 @@
 //! Distributed stores (`dist`, `dist_sync`, `dist_device_sync`, `dist_sync_device`,
-//! `dist_async`): a parameter server over MPI with MXNet 1.9's semantics. MPI lives in the
-//! plugin `libkvstore_mpi.so`, loaded at the first distributed store (`transport`); the roles,
-//! sharding, messages, worker and server logic live here.
+//! `dist_async`): a parameter server over MPI with MXNet 1.9's semantics. The nodes reach each
+//! other through a [`transport`]: MPI, in the plugin `libkvstore_mpi.so` loaded at the first
+//! distributed store, or an in-process loopback for tests; the roles, sharding, messages,
+//! worker and server logic live here.
 
 pub mod command;
 mod failpoint;
@@ -11,9 +12,11 @@ pub mod role;
 mod round;
 mod server;
 pub mod shard;
-mod transport;
+pub mod transport;
 pub mod wire;
 mod worker;
+#[cfg(test)]
+mod tests;
 
 pub use names::{dist_mode, DistMode};
 pub use role::{ps_env, Role};
@@ -24,6 +27,7 @@ use crate::store::{Comm, Rules, Servers, StoreKind, Updaters};
 use server::{Scheduler, Server};
 use std::ffi::CStr;
 use std::sync::Arc;
+use transport::Node;
 use worker::Worker;
 
 /// A server's controller: `(command id, command body)`, called on the `RunServer` thread.
@@ -56,7 +60,7 @@ fn byte_kernels() -> &'static dyn crate::backend::ByteKernels {
 }
 
 /// Checks `DMLC_NUM_WORKER` / `DMLC_NUM_SERVER`, when set, against the MPI job.
-fn check_counts(node: &transport::Node) -> Result<()> {
+fn check_counts(node: &Node) -> Result<()> {
     for (var, role) in [("DMLC_NUM_WORKER", Role::Worker), ("DMLC_NUM_SERVER", Role::Server)] {
         if let Some(n) = role::env_count(var)? {
             let actual = node.ranks_of(role).len();
@@ -75,14 +79,22 @@ impl DistStore {
             launched,
             "distributed stores need an MPI job: start every worker, server (and scheduler) with one mpirun, each with DMLC_ROLE set (no OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE in the environment)"
         );
-        let node = transport::start(role)?;
+        let node = transport::start_mpi(role)?;
         check_counts(&node)?;
-        Ok(match role {
-            Role::Worker => {
-                let worker = Arc::new(Worker::start(node, mode)?);
-                *LIVE_WORKER.lock() = Some(Arc::downgrade(&worker));
-                DistStore::Worker(worker)
-            }
+        let store = DistStore::on(node, mode)?;
+        if let DistStore::Worker(worker) = &store {
+            *LIVE_WORKER.lock() = Some(Arc::downgrade(worker));
+        }
+        Ok(store)
+    }
+
+    /// The store of `node` in the node's role, read from no environment variable and
+    /// registered in no process global: the exit hook ([`shutdown_unfreed_worker`]) never
+    /// sees it. Freeing a worker's store (or `RunServer` returning) finalizes only `node`.
+    /// [`DistStore::new`] builds the MPI job's store with it; tests build loopback jobs.
+    pub fn on(node: Arc<Node>, mode: DistMode) -> Result<DistStore> {
+        Ok(match node.role() {
+            Role::Worker => DistStore::Worker(Arc::new(Worker::start(node, mode)?)),
             Role::Server => DistStore::Server(Server::start(node)?),
             Role::Scheduler => DistStore::Scheduler(Scheduler::start(node)),
         })
@@ -214,7 +226,8 @@ impl Drop for DistStore {
     }
 }
 
-/// The worker store of this process (one distributed store per process), for the exit hook.
+/// The worker store of this process's MPI job (one distributed store per process), for the
+/// exit hook; stores built on other nodes with [`DistStore::on`] are not recorded.
 static LIVE_WORKER: once_cell::sync::Lazy<parking_lot::Mutex<Option<std::sync::Weak<Worker>>>> =
     once_cell::sync::Lazy::new(|| parking_lot::Mutex::new(None));
 
@@ -230,10 +243,11 @@ pub fn shutdown_unfreed_worker() {
 }
 
 /// Ends the MPI job, `reason` on stderr: for a failure after which every process would wait
-/// for this one, or go on with a value it cannot trust.
+/// for this one, or go on with a value it cannot trust. A no-op in a process without an MPI
+/// job (loopback jobs included).
 pub fn abort_job(reason: &str) {
     eprintln!("libkvstore: {reason}; aborting the MPI job");
-    transport::abort_if_running(1);
+    transport::abort_mpi_job_if_running(1);
 }
 
 /// Seconds the exit protocol may take before the job is aborted (`KVSTORE_DIST_EXIT_TIMEOUT`,
@@ -243,7 +257,7 @@ fn exit_timeout() -> std::time::Duration {
     std::time::Duration::from_secs(secs)
 }
 
-/// A guard that aborts the MPI job unless dropped within the exit timeout.
+/// A guard that aborts its node's job unless dropped within the exit timeout.
 pub(crate) struct Watchdog {
     cancel: Option<crossbeam::channel::Sender<()>>,
 }
@@ -254,13 +268,16 @@ impl Drop for Watchdog {
     }
 }
 
-pub(crate) fn exit_watchdog(what: &'static str) -> Watchdog {
+/// Aborts through `node`, not the process's MPI job: a loopback node's job is aborted, and
+/// the test process lives on.
+pub(crate) fn exit_watchdog(what: &'static str, node: &Arc<Node>) -> Watchdog {
     let (tx, rx) = crossbeam::channel::bounded::<()>(0);
     let timeout = exit_timeout();
+    let node = Arc::clone(node);
     let spawned = std::thread::Builder::new().name("kvstore-exit-watchdog".into()).spawn(move || {
         if let Err(crossbeam::channel::RecvTimeoutError::Timeout) = rx.recv_timeout(timeout) {
-            eprintln!("libkvstore: {what} did not finish within {} s (KVSTORE_DIST_EXIT_TIMEOUT); aborting the MPI job", timeout.as_secs());
-            transport::abort_if_running(1);
+            eprintln!("libkvstore: {what} did not finish within {} s (KVSTORE_DIST_EXIT_TIMEOUT); aborting the job", timeout.as_secs());
+            node.abort(1);
         }
     });
     Watchdog { cancel: spawned.ok().map(|_| tx) }

@@ -168,9 +168,9 @@ impl Server {
                 }
             }
         }
-        let watchdog = super::exit_watchdog("server exit");
+        let watchdog = super::exit_watchdog("server exit", &self.core.node);
         self.core.node.barrier_all();
-        super::transport::finalize();
+        self.core.node.finalize();
         drop(watchdog);
     }
 }
@@ -666,6 +666,6 @@ impl Scheduler {
     pub fn run(&self) {
         self.node.barrier_all();
         self.node.barrier_all();
-        super::transport::finalize();
+        self.node.finalize();
     }
 }

@@ -484,7 +484,7 @@ impl Worker {
                 eprintln!("libkvstore: {e}");
             }
         }
-        let watchdog = super::exit_watchdog("worker exit");
+        let watchdog = super::exit_watchdog("worker exit", &self.node);
         if barrier {
             if self.rank == 0 {
                 if let Err(e) = self.send_command(Command::StopServer.id(), b"") {
@@ -493,7 +493,7 @@ impl Worker {
             }
             self.node.barrier_all();
         }
-        super::transport::finalize();
+        self.node.finalize();
         drop(watchdog);
     }
 }

@@ -1,8 +1,10 @@
 //! The MPI transport plugin (`libkvstore_mpi.so`), loaded at the first distributed store so
 //! that programs without one never load or initialise MPI. This module is the FFI boundary to
-//! the plugin: the only `unsafe` of the distributed store.
+//! the plugin: the only `unsafe` of the distributed store. MPI is initialised once per
+//! process, so its node and message handler are process globals (`NODE`, `HANDLER`).
 
-use super::role::Role;
+use super::{panic_text, Handler, Node, Transport};
+use crate::store::dist::role::Role;
 use crate::error::Result;
 use once_cell::sync::Lazy;
 use parking_lot::{Mutex, RwLock};
@@ -108,9 +110,6 @@ fn bind(lib: libloading::Library) -> Result<Plugin> {
     })
 }
 
-/// What a process receives messages with: `(source world rank, bytes)`.
-pub type Handler = Arc<dyn Fn(usize, &[u8]) + Send + Sync>;
-
 static HANDLER: Lazy<RwLock<Option<Handler>>> = Lazy::new(|| RwLock::new(None));
 
 extern "C" fn on_message(_ctx: *mut c_void, source: c_int, _tag: c_int, data: *const u8, len: usize) {
@@ -125,27 +124,23 @@ extern "C" fn on_message(_ctx: *mut c_void, source: c_int, _tag: c_int, data: *c
         // A panic must not unwind into the plugin's thread, and its sender must not wait
         // forever for a reply that will never come: the job fails fast, as for a dead rank.
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(source.max(0) as usize, bytes))) {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
+            let what = panic_text(payload.as_ref());
             eprintln!("libkvstore: internal error handling a message from rank {source}: {what}; aborting the MPI job");
             abort_if_running(1);
         }
     }
 }
 
-/// This process's place in the MPI job.
-pub struct Node {
+/// This process's connection to the MPI job.
+struct MpiTransport {
     plugin: Plugin,
     /// World rank.
-    pub rank: usize,
+    rank: usize,
     /// The role of every world rank.
-    pub roles: Vec<Role>,
+    roles: Vec<Role>,
     // One send at a time per destination keeps a big message from interleaving with nothing:
     // MPI orders messages between a pair anyway; this lock only serialises the plugin calls
-    // of one process, which MPI_THREAD_MULTIPLE would allow but buys nothing on loopback.
+    // of one process, which MPI_THREAD_MULTIPLE would allow but buys nothing on one host.
     send_lock: Mutex<()>,
 }
 
@@ -179,25 +174,27 @@ pub fn start(role: Role) -> Result<Arc<Node>> {
     // SAFETY: `on_message` has the callback signature; the context is unused.
     let rc = unsafe { (plugin.start_receiver)(on_message, std::ptr::null_mut()) };
     crate::ensure!(rc == 0, "the MPI receiver thread could not start (code {rc})");
-    let node = Arc::new(Node { plugin, rank: rank.max(0) as usize, roles, send_lock: Mutex::new(()) });
+    let transport = MpiTransport { plugin, rank: rank.max(0) as usize, roles, send_lock: Mutex::new(()) };
+    let node = Arc::new(Node::new(Box::new(transport)));
     *state = State::Running(Arc::clone(&node));
     Ok(node)
 }
 
-impl Node {
-    /// Installs what handles incoming messages.
-    pub fn set_handler(&self, handler: Handler) {
+impl Transport for MpiTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn roles(&self) -> Vec<Role> {
+        self.roles.clone()
+    }
+
+    fn set_handler(&self, handler: Handler) {
         *HANDLER.write() = Some(handler);
     }
 
-    /// The world ranks of `role`, in world-rank order (a role's group rank is its index).
-    pub fn ranks_of(&self, role: Role) -> Vec<usize> {
-        self.roles.iter().enumerate().filter(|(_, r)| **r == role).map(|(i, _)| i).collect()
-    }
-
-    /// Sends `bytes` to world rank `dest`; a failure aborts the job (a lost message would hang
-    /// it instead).
-    pub fn send(&self, dest: usize, bytes: &[u8]) {
+    /// A failure aborts the job (a lost message would hang it instead).
+    fn send(&self, dest: usize, bytes: &[u8]) {
         let _one = self.send_lock.lock();
         // SAFETY: `bytes` is valid for the call.
         let rc = unsafe { (self.plugin.send)(dest as c_int, DATA_TAG, bytes.as_ptr(), bytes.len()) };
@@ -207,32 +204,33 @@ impl Node {
         }
     }
 
-    /// A barrier over every process of the job.
-    pub fn barrier_all(&self) {
+    fn barrier_all(&self) {
         // SAFETY: a plain call.
         unsafe { (self.plugin.barrier)(0) };
     }
 
-    /// Aborts the whole job.
-    pub fn abort(&self, code: i32) -> ! {
+    fn abort(&self, code: i32) -> ! {
         // SAFETY: a plain call; it does not return.
         unsafe { (self.plugin.abort)(code) };
         std::process::exit(code)
     }
-}
 
-/// Stops the receiver and finalises MPI; later distributed stores are refused.
-pub fn finalize() {
-    let mut state = NODE.lock();
-    if let State::Running(node) = &*state {
-        *HANDLER.write() = None;
-        // SAFETY: a plain call; every send and barrier of this process has returned.
-        unsafe { (node.plugin.finalize)() };
-        *state = State::Finalized;
+    /// Stops the receiver and finalises MPI; later distributed stores of this process are
+    /// refused.
+    fn finalize(&self) {
+        let mut state = NODE.lock();
+        if let State::Running(_) = &*state {
+            *HANDLER.write() = None;
+            // SAFETY: a plain call; every send and barrier of this process has returned.
+            unsafe { (self.plugin.finalize)() };
+            *state = State::Finalized;
+        }
     }
 }
 
-/// Aborts the job if MPI is running (for the exit watchdog).
+/// Aborts the MPI job if this process runs one (for failures outside any store's node, as
+/// the hosted server's); a no-op otherwise, so it never ends a process that only has
+/// loopback nodes.
 pub fn abort_if_running(code: i32) {
     let node = match &*NODE.lock() {
         State::Running(n) => Some(Arc::clone(n)),

@@ -1,0 +1,155 @@
+//! Sync rounds, server updaters, sharding, async pushes and joins on loopback jobs.
+
+use super::*;
+use crate::store::Updaters;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use Role::{Scheduler, Server, Worker};
+
+#[test]
+fn init_is_worker_0s_and_sync_pushes_sum_over_the_workers() {
+    let servers: ServerSetup = Arc::new(|store| {
+        assert!((0..2).contains(&store.rank()), "server rank {}", store.rank());
+        assert_eq!(store.group_size(), 2);
+        let m = refusal("init on a server", store.init(Keys::Int(&[1]), &[filled(1.0, &[4])]));
+        assert!(m.contains("init is for worker processes"), "{m}");
+        None
+    });
+    run_job(
+        &[Server, Worker, Server, Worker, Scheduler],
+        mode("dist_sync"),
+        servers,
+        Arc::new(|store| {
+            let rank = store.rank();
+            assert!((0..2).contains(&rank), "worker rank {rank}");
+            assert_eq!(store.group_size(), 2);
+            let (small, big) = ([4], [1000]);
+            // Every worker offers its own init value; all see worker 0's.
+            let offered = 100.0 * (rank + 1) as f32;
+            store.init(Keys::Int(&[3, 9]), &[filled(offered, &small), filled(offered, &big)]).unwrap();
+            assert_eq!(pull(store, 3, &small), vec![100.0; 4]);
+            assert_eq!(pull(store, 9, &big), vec![100.0; 1000]);
+            // Without an updater the round's sum is the new value: 1 + 2.
+            let mine = (rank + 1) as f32;
+            store.push(Keys::Int(&[3, 9]), vec![filled(mine, &small), filled(mine, &big)], 0).unwrap();
+            assert_eq!(pull(store, 3, &small), vec![3.0; 4]);
+            assert_eq!(pull(store, 9, &big), vec![3.0; 1000]);
+            // Two values of one key are summed on the worker first: 2 * (1 + 2).
+            store.push(Keys::Int(&[9, 9]), vec![filled(mine, &big), filled(mine, &big)], 0).unwrap();
+            assert_eq!(pull(store, 9, &big), vec![6.0; 1000]);
+            store.barrier().unwrap();
+            // Push-pull: one round trip, the output holds the round's result.
+            let out = filled(-1.0, &small);
+            store.push_pull(Keys::Int(&[3]), vec![filled(10.0 * mine, &small)], Keys::Int(&[3]), vec![out.clone()], 0).unwrap();
+            assert_eq!(read(&out), vec![30.0; 4]);
+        }),
+    );
+}
+
+/// MXNet's `(n / servers * i).round()` boundaries, for two servers.
+fn two_server_parts(n: usize) -> [usize; 2] {
+    let first = (n as f64 / 2.0).round() as usize;
+    [first, n - first]
+}
+
+#[test]
+fn big_keys_are_split_over_the_servers_and_each_updates_its_part() {
+    assert!(std::env::var_os("MXNET_KVSTORE_BIGARRAY_BOUND").is_none(), "this test assumes the default bound of 1e6 elements");
+    let log: UpdateLog = Arc::default();
+    let l = Arc::clone(&log);
+    let servers: ServerSetup = Arc::new(move |store| {
+        store.set_updaters(&Updaters { int: Some(adding_updater(store.rank(), &l)), string: None });
+        None
+    });
+    // An odd number of elements, past the bound: 1001 * 1001.
+    let (big, small) = ([1001, 1001], [4]);
+    run_job(
+        &[Worker, Server, Worker, Server],
+        mode("dist_sync"),
+        servers,
+        Arc::new(move |store| {
+            store.init(Keys::Int(&[8, 3]), &[filled(1.0, &big), filled(1.0, &small)]).unwrap();
+            let mine = (store.rank() + 1) as f32;
+            store.push(Keys::Int(&[8, 3]), vec![filled(mine, &big), filled(mine, &small)], 0).unwrap();
+            // stored (1) += the round's sum (1 + 2).
+            let got = pull(store, 8, &big);
+            assert!(got.iter().all(|&v| v == 4.0), "big key: {:?}", got.iter().find(|&&v| v != 4.0));
+            assert_eq!(pull(store, 3, &small), vec![4.0; 4]);
+            let out = filled(-1.0, &small);
+            store.push_pull(Keys::Int(&[3]), vec![filled(mine, &small)], Keys::Int(&[3]), vec![out.clone()], 0).unwrap();
+            assert_eq!(read(&out), vec![7.0; 4]);
+        }),
+    );
+    let mut calls = log.lock().clone();
+    calls.sort();
+    let [first, second] = two_server_parts(1001 * 1001);
+    // A small key lives on server (key * 9973) % servers; one updater call per round.
+    let small_server = (3 * 9973) % 2;
+    let mut want = vec![(0, 8, first), (1, 8, second), (small_server, 3, 4), (small_server, 3, 4)];
+    want.sort();
+    assert_eq!(calls, want);
+}
+
+#[test]
+fn dist_async_refuses_pushes_until_every_server_has_an_updater_then_applies_each() {
+    let log: UpdateLog = Arc::default();
+    let commands = Arc::new(AtomicUsize::new(0));
+    let (l, c) = (Arc::clone(&log), Arc::clone(&commands));
+    // As ctests/dist_async.c: worker 0's command makes the servers' controller install it.
+    let servers: ServerSetup = Arc::new(move |store| {
+        let (server, log, commands) = (Arc::downgrade(store), Arc::clone(&l), Arc::clone(&c));
+        Some(Arc::new(move |id: i32, body: &std::ffi::CStr| {
+            assert_eq!((id, body.to_str().unwrap()), (0, "set updater"));
+            commands.fetch_add(1, Ordering::SeqCst);
+            let store = server.upgrade().expect("the server's store");
+            store.set_int_updater(Some(adding_updater(store.rank(), &log)));
+        }))
+    });
+    let c = Arc::clone(&commands);
+    run_job(
+        &[Server, Worker, Worker, Server],
+        mode("dist_async"),
+        servers,
+        Arc::new(move |store| {
+            let shape = [5];
+            store.init(Keys::Int(&[5]), &[filled(0.0, &shape)]).unwrap();
+            let mine = (store.rank() + 1) as f32;
+            let m = refusal("an async push without updaters", store.push(Keys::Int(&[5]), vec![filled(mine, &shape)], 0));
+            assert!(m.contains("need an updater on every server"), "{m}");
+            store.barrier().unwrap();
+            if store.rank() == 0 {
+                store.send_command(0, b"set updater\0").unwrap();
+                assert_eq!(c.load(Ordering::SeqCst), 2, "send_command returned before both servers' controllers ran");
+            }
+            store.barrier().unwrap();
+            // Each push is applied alone, at once: after both, 0 + 1 + 2.
+            store.push(Keys::Int(&[5]), vec![filled(mine, &shape)], 0).unwrap();
+            pull(store, 5, &shape);
+            store.barrier().unwrap();
+            assert_eq!(pull(store, 5, &shape), vec![3.0; 5]);
+        }),
+    );
+    let calls = log.lock().clone();
+    let small_server = (5 * 9973) % 2;
+    assert_eq!(calls, vec![(small_server, 5, 5), (small_server, 5, 5)], "one update per push, on the key's server");
+}
+
+#[test]
+fn a_worker_that_leaves_early_counts_as_zero_and_the_others_finish() {
+    run_job(
+        &[Server, Worker, Worker],
+        mode("dist_sync"),
+        plain_servers(),
+        Arc::new(|store| {
+            let shape = [3];
+            store.init(Keys::Int(&[1]), &[filled(0.0, &shape)]).unwrap();
+            if store.rank() == 1 {
+                // Returning drops the store: worker 1 joins and waits at the exit barrier.
+                return;
+            }
+            // Released once worker 1 has joined: it no longer waits for it.
+            store.barrier().unwrap();
+            store.push(Keys::Int(&[1]), vec![filled(5.0, &shape)], 0).unwrap();
+            assert_eq!(pull(store, 1, &shape), vec![5.0; 3], "the round waited for a worker that left, or counted it");
+        }),
+    );
+}

@@ -1,0 +1,97 @@
+//! How the processes of a distributed job reach each other: the [`Transport`] seam, and the
+//! [`Node`] the worker, server and scheduler hold. Two transports implement it:
+//! - `mpi`: the MPI plugin `libkvstore_mpi.so`, loaded at the first distributed store of a
+//!   process; one node per process, kept in process globals (MPI itself is per process).
+//! - [`loopback`]: every node of a job inside one process, for testing the distributed
+//!   store's logic with `cargo test` instead of `mpirun`; all its state is per job.
+
+pub mod loopback;
+mod mpi;
+
+pub use mpi::{abort_if_running as abort_mpi_job_if_running, start as start_mpi};
+
+use super::role::Role;
+use std::sync::Arc;
+
+/// What a node receives messages with: `(source rank, bytes)`.
+pub type Handler = Arc<dyn Fn(usize, &[u8]) + Send + Sync>;
+
+/// One node's connection to its job. Messages from one source arrive in the order they were
+/// sent, on one receiver thread per node, which calls the handler.
+pub trait Transport: Send + Sync {
+    /// This node's rank in the job.
+    fn rank(&self) -> usize;
+    /// The role of every rank of the job, by rank.
+    fn roles(&self) -> Vec<Role>;
+    /// Sends `bytes` to rank `dest`. A message that cannot be delivered aborts the job: the
+    /// sender would otherwise wait forever for its answer.
+    fn send(&self, dest: usize, bytes: &[u8]);
+    /// Installs (or replaces) what handles this node's incoming messages.
+    fn set_handler(&self, handler: Handler);
+    /// A barrier over every node of the job.
+    fn barrier_all(&self);
+    /// Ends the whole job (never returns to the caller).
+    fn abort(&self, code: i32) -> !;
+    /// Stops receiving: this node has left the job.
+    fn finalize(&self);
+}
+
+/// This node's place in its job, over a transport.
+pub struct Node {
+    /// Rank in the job.
+    pub rank: usize,
+    /// The role of every rank.
+    pub roles: Vec<Role>,
+    transport: Box<dyn Transport>,
+}
+
+impl Node {
+    /// The node of `transport` (its rank and roles are read once: they never change).
+    pub fn new(transport: Box<dyn Transport>) -> Node {
+        Node { rank: transport.rank(), roles: transport.roles(), transport }
+    }
+
+    /// This node's role.
+    pub fn role(&self) -> Role {
+        self.roles[self.rank]
+    }
+
+    /// The ranks of `role`, in rank order (a role's group rank is its index).
+    pub fn ranks_of(&self, role: Role) -> Vec<usize> {
+        self.roles.iter().enumerate().filter(|(_, r)| **r == role).map(|(i, _)| i).collect()
+    }
+
+    /// See [`Transport::set_handler`].
+    pub fn set_handler(&self, handler: Handler) {
+        self.transport.set_handler(handler)
+    }
+
+    /// See [`Transport::send`].
+    pub fn send(&self, dest: usize, bytes: &[u8]) {
+        self.transport.send(dest, bytes)
+    }
+
+    /// See [`Transport::barrier_all`].
+    pub fn barrier_all(&self) {
+        self.transport.barrier_all()
+    }
+
+    /// See [`Transport::abort`].
+    pub fn abort(&self, code: i32) -> ! {
+        self.transport.abort(code)
+    }
+
+    /// See [`Transport::finalize`].
+    pub fn finalize(&self) {
+        self.transport.finalize()
+    }
+}
+
+/// The text of a caught panic.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
