@@ -15,7 +15,7 @@ use super::transport::loopback::LoopbackJob;
 use super::transport::{panic_text, Node};
 use super::{dist_mode, Controller, DistMode, DistStore, Role};
 use crate::ndarray::{Context, DType, NDArray};
-use crate::store::{IntUpdater, Keys};
+use crate::store::{IntUpdater, KVStore, Keys};
 use crossbeam::channel::{unbounded, Sender};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What a server node does before `RunServer`: install updaters, and return its controller.
-type ServerSetup = Arc<dyn Fn(&Arc<DistStore>) -> Option<Controller> + Send + Sync>;
+type ServerSetup = Arc<dyn Fn(&Arc<KVStore>) -> Option<Controller> + Send + Sync>;
 /// What a worker node runs, given its store (dropping the store afterwards is its exit).
-type WorkerBody = Arc<dyn Fn(&DistStore) + Send + Sync>;
+type WorkerBody = Arc<dyn Fn(&KVStore) + Send + Sync>;
 
 fn mode(name: &str) -> DistMode {
     dist_mode(name).expect("a distributed store name")
@@ -59,12 +59,20 @@ fn run_job(roles: &[Role], mode: DistMode, server: ServerSetup, worker: WorkerBo
     assert_eq!(job.aborted(), None, "the job was aborted");
 }
 
-/// One node of a job: builds its store on `node`, then runs as its role does; reports once.
+/// The store type naming `mode`.
+fn type_name(mode: DistMode) -> String {
+    format!("dist{}_{}", if mode.device { "_device" } else { "" }, if mode.sync { "sync" } else { "async" })
+}
+
+/// One node of a job: builds its store (the one store, on a distributed comm over `node`),
+/// then runs as its role does; reports once.
 fn run_node(rank: usize, node: Arc<Node>, mode: DistMode, server: &ServerSetup, worker: &WorkerBody, report: &Sender<(usize, Result<(), String>)>) {
     let outcome = catch(|| {
-        let store = Arc::new(DistStore::on(node, mode).map_err(|e| e.message().to_string())?);
-        match &*store {
-            DistStore::Worker(_) => {
+        let role = node.role();
+        let comm = DistStore::on(node, mode).map_err(|e| e.message().to_string())?;
+        let store = Arc::new(KVStore::with_comm(type_name(mode), Box::new(comm)).map_err(|e| e.message().to_string())?);
+        match role {
+            Role::Worker => {
                 let registered = super::LIVE_WORKER.lock().as_ref().and_then(std::sync::Weak::upgrade);
                 assert!(registered.is_none(), "a loopback worker was registered for the process exit hook");
                 // Reported before the store is dropped: a failed worker's exit may wait for
@@ -72,11 +80,11 @@ fn run_node(rank: usize, node: Arc<Node>, mode: DistMode, server: &ServerSetup, 
                 catch(|| Ok(worker(&store)))?;
                 drop(store);
             }
-            DistStore::Server(_) => {
+            Role::Server => {
                 let controller = server(&store);
                 store.run_server(controller).map_err(|e| e.message().to_string())?;
             }
-            DistStore::Scheduler(_) => store.run_server(None).map_err(|e| e.message().to_string())?,
+            Role::Scheduler => store.run_server(None).map_err(|e| e.message().to_string())?,
         }
         Ok(())
     });
@@ -108,7 +116,7 @@ fn read(a: &NDArray) -> Vec<f32> {
 }
 
 /// Pulls `key` (of `shape`) into a fresh array and reads it.
-fn pull(store: &DistStore, key: i32, shape: &[usize]) -> Vec<f32> {
+fn pull(store: &KVStore, key: i32, shape: &[usize]) -> Vec<f32> {
     let out = filled(-1.0, shape);
     store.pull(Keys::Int(&[key]), vec![out.clone()], 0, true).unwrap();
     read(&out)

@@ -18,7 +18,7 @@ fn rows_of(ids: &[i64], value: f32) -> NDArray {
 }
 
 /// PullRowSparse of `want` (int64 row ids) from `key`: the output's row ids and values.
-fn pull_rows(store: &DistStore, key: i32, want: &[i64]) -> (Vec<i64>, Vec<f32>) {
+fn pull_rows(store: &KVStore, key: i32, want: &[i64]) -> (Vec<i64>, Vec<f32>) {
     let out = NDArray::empty_row_sparse(&[ROWS, 2], Context::cpu(0), DType::Float32).unwrap();
     let ids = NDArray::zeros(&[want.len()], Context::cpu(0), DType::Int64).unwrap();
     ids.copy_from_host(bytemuck::cast_slice(want)).unwrap();
