@@ -229,3 +229,27 @@ fn crate_paths_expand_use_groups() {
     let code = "use crate::{reduce::{self, sparse,}, base::DType};\nuse crate::compression::*;\nlet x = crate::backend::for_context(c);\nfoo_crate::reduce";
     assert_eq!(crate_paths(code), ["reduce::self", "reduce::sparse", "base::DType", "compression::", "backend::for_context"]);
 }
+
+#[test]
+fn hosted_mode_uses_only_the_stores_public_face() {
+    // Hosted mode serves the host's arrays with the one store; it may name what any user of
+    // the store names (the store, its keys and updaters, and the distributed roles, the server
+    // controller, the job's abort and the store names), never the planner, the comms or the
+    // dist internals.
+    let public = ["KVStore", "Keys", "IntUpdater", "Updaters", "dist::Role", "dist::Controller", "dist::abort_job", "dist::dist_mode"];
+    let hosted = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hosted");
+    let mut files = Vec::new();
+    rust_files(&hosted, &mut files);
+    assert!(files.len() >= 5, "found only {files:?}");
+    let mut found = Vec::new();
+    for file in &files {
+        let shown = file.strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap().display().to_string();
+        for path in crate_paths(&code(file)) {
+            let Some(inner) = path.strip_prefix("store::") else { continue };
+            if !public.iter().any(|p| inner == *p || inner.starts_with(&format!("{p}::"))) {
+                found.push(format!("{shown}: crate::{path}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "hosted modules reaching into the store's internals:\n{}", found.join("\n"));
+}
