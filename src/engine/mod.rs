@@ -404,6 +404,13 @@ impl Engine {
         self.run_sync(&[], &[var], || ())
     }
 
+    /// The message of an unreported failure kept on any of `vars`, without waiting or clearing
+    /// it: for an op that is not run because of it and must pass it on to another engine.
+    pub fn failure_on(&self, vars: &[&Var]) -> Option<String> {
+        let ids: Vec<u64> = vars.iter().map(|v| v.id).collect();
+        self.poison.find(&ids).and_then(|f| f.message())
+    }
+
     /// Blocks until every scheduled op has finished; reports the first failure since the
     /// last `wait_all` and clears them all.
     pub fn wait_all(&self) -> Result<()> {

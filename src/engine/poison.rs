@@ -33,6 +33,11 @@ impl Failure {
     fn take(&self) -> Option<Error> {
         self.0.lock().take()
     }
+
+    /// The failure's message while it is unreported.
+    pub(crate) fn message(&self) -> Option<String> {
+        self.0.lock().as_ref().map(|e| e.message().to_string())
+    }
 }
 
 #[derive(Default)]

@@ -97,8 +97,6 @@ unsafe extern "C" fn free_start(param: *mut c_void) {
 pub(super) enum Property {
     /// `kNormal`, as MXNet's own dist store pushes and pulls.
     Normal = 0,
-    /// `kCPUPrioritized`, as MXNet's own CPU reductions.
-    CpuPrioritized = 3,
 }
 
 /// Pushes one asynchronous host op reading `reads` and writing `writes`; `start` runs once

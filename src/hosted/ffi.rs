@@ -243,12 +243,9 @@ extern "C" fn MXKVStorePushPull(
     priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
-        let s = store(handle)?;
         let (vkeys, vals) = (int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?);
         let (okeys, outs) = (int_keys(okeys, onum)?, handles(outs, onum, "outs")?);
-        s.check_push_pull(h, &vkeys, vals, &okeys, outs)?;
-        s.push(h, vkeys, vals, priority)?;
-        s.pull(h, okeys, outs, priority, true)
+        store(handle)?.push_pull(h, vkeys, vals, okeys, outs, priority)
     })
 }
 extern "C" fn MXKVStorePushPullEx(
@@ -262,12 +259,9 @@ extern "C" fn MXKVStorePushPullEx(
     priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
-        let s = store(handle)?;
         let (vkeys, vals) = (str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?);
         let (okeys, outs) = (str_keys(okeys, onum)?, handles(outs, onum, "outs")?);
-        s.check_push_pull(h, &vkeys, vals, &okeys, outs)?;
-        s.push(h, vkeys, vals, priority)?;
-        s.pull(h, okeys, outs, priority, true)
+        store(handle)?.push_pull(h, vkeys, vals, okeys, outs, priority)
     })
 }
 extern "C" fn MXKVStoreBroadcast(
@@ -281,15 +275,9 @@ extern "C" fn MXKVStoreBroadcast(
     priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
-        let s = store(handle)?;
-        s.init(h, int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?)?;
-        s.pull(
-            h,
-            int_keys(okeys, onum)?,
-            handles(outs, onum, "outs")?,
-            priority,
-            true,
-        )
+        let (vkeys, vals) = (int_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?);
+        let (okeys, outs) = (int_keys(okeys, onum)?, handles(outs, onum, "outs")?);
+        store(handle)?.broadcast(h, vkeys, vals, okeys, outs, priority)
     })
 }
 extern "C" fn MXKVStoreBroadcastEx(
@@ -303,15 +291,9 @@ extern "C" fn MXKVStoreBroadcastEx(
     priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
-        let s = store(handle)?;
-        s.init(h, str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?)?;
-        s.pull(
-            h,
-            str_keys(okeys, onum)?,
-            handles(outs, onum, "outs")?,
-            priority,
-            true,
-        )
+        let (vkeys, vals) = (str_keys(vkeys, vnum)?, handles(vals, vnum, "vals")?);
+        let (okeys, outs) = (str_keys(okeys, onum)?, handles(outs, onum, "outs")?);
+        store(handle)?.broadcast(h, vkeys, vals, okeys, outs, priority)
     })
 }
 
@@ -340,7 +322,7 @@ extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_char
         let s = store(handle)?;
         crate::ensure!(!r#type.is_null(), "type is NULL");
         // SAFETY: checked non-NULL; the string lives as long as the store.
-        unsafe { *r#type = s.type_name.as_ptr() };
+        unsafe { *r#type = s.type_name().as_ptr() };
         Ok(())
     })
 }
@@ -354,35 +336,33 @@ fn write_int(handle: KVStoreHandle, out: *mut c_int, value: c_int) -> Result<()>
 }
 extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     hosted_export!(|_| {
-        let rank = store(handle)?.dist.as_ref().map_or(0, |d| d.rank());
+        let rank = store(handle)?.native().rank();
         write_int(handle, ret, rank)
     })
 }
 extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     hosted_export!(|_| {
-        let size = store(handle)?.dist.as_ref().map_or(1, |d| d.group_size());
+        let size = store(handle)?.native().group_size();
         write_int(handle, ret, size)
     })
 }
 extern "C" fn MXKVStoreGetNumDeadNode(
     handle: KVStoreHandle,
-    _node_id: c_int,
+    node_id: c_int,
     number: *mut c_int,
-    _timeout_sec: c_int,
+    timeout_sec: c_int,
 ) -> c_int {
-    hosted_export!(|_| write_int(handle, number, 0))
+    hosted_export!(|_| write_int(handle, number, store(handle)?.native().num_dead_nodes(node_id, timeout_sec)?))
 }
 extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
-    hosted_export!(|_| store(handle)?.dist.as_ref().map_or(Ok(()), |d| d.barrier()))
+    hosted_export!(|_| store(handle)?.native().barrier())
 }
 extern "C" fn MXKVStoreSetBarrierBeforeExit(
     handle: KVStoreHandle,
     barrier_before_exit: c_int,
 ) -> c_int {
     hosted_export!(|_| {
-        if let Some(d) = &store(handle)?.dist {
-            d.set_barrier_before_exit(barrier_before_exit != 0);
-        }
+        store(handle)?.native().set_barrier_before_exit(barrier_before_exit != 0);
         Ok(())
     })
 }
@@ -394,10 +374,7 @@ extern "C" fn MXKVStoreRunServer(
     controller: crate::ffi::MXKVStoreServerController,
     controller_handle: *mut c_void,
 ) -> c_int {
-    hosted_export!(|_| match &store(handle)?.dist {
-        Some(d) => d.run_server(crate::ffi::updater::controller(controller, controller_handle)),
-        None => Ok(()),
-    })
+    hosted_export!(|_| store(handle)?.native().run_server(crate::ffi::updater::controller(controller, controller_handle)))
 }
 
 /// Sends a command to a distributed store's servers; non-distributed stores have no
@@ -410,11 +387,8 @@ extern "C" fn MXKVStoreSendCommmandToServers(
     hosted_export!(|_| {
         let s = store(handle)?;
         crate::ensure!(!cmd_body.is_null(), "cmd_body is NULL");
-        match &s.dist {
-            // SAFETY: a NUL-terminated string (checked non-NULL).
-            Some(d) => d.send_command(cmd_id, unsafe { CStr::from_ptr(cmd_body) }.to_bytes()),
-            None => Ok(()),
-        }
+        // SAFETY: a NUL-terminated string (checked non-NULL).
+        s.native().send_command(cmd_id, unsafe { CStr::from_ptr(cmd_body) }.to_bytes())
     })
 }
 
@@ -424,7 +398,7 @@ extern "C" fn MXKVStorePullRowSparse(
     keys: *const c_int,
     vals: *mut NDArrayHandle,
     row_ids: *const NDArrayHandle,
-    _priority: c_int,
+    priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
         store(handle)?.pull_row_sparse(
@@ -432,6 +406,7 @@ extern "C" fn MXKVStorePullRowSparse(
             int_keys(keys, num)?,
             handles(vals, num, "vals")?,
             handles(row_ids as *mut NDArrayHandle, num, "row_ids")?,
+            priority,
         )
     })
 }
@@ -441,7 +416,7 @@ extern "C" fn MXKVStorePullRowSparseEx(
     keys: *const *const c_char,
     vals: *mut NDArrayHandle,
     row_ids: *const NDArrayHandle,
-    _priority: c_int,
+    priority: c_int,
 ) -> c_int {
     hosted_export!(|h| {
         store(handle)?.pull_row_sparse(
@@ -449,6 +424,7 @@ extern "C" fn MXKVStorePullRowSparseEx(
             str_keys(keys, num)?,
             handles(vals, num, "vals")?,
             handles(row_ids as *mut NDArrayHandle, num, "row_ids")?,
+            priority,
         )
     })
 }

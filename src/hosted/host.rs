@@ -36,21 +36,6 @@ pub(super) fn describe(host: &Host, array: NDArrayHandle) -> Result<Described> {
     Ok(Described { shape, dtype: DType::from_code(dtype)?, stype })
 }
 
-/// A `PullRowSparse` output must be row_sparse and its row ids dense (MXNet's messages).
-pub(super) fn check_row_sparse_pull(out: &Described, ids: &Described) -> Result<()> {
-    crate::ensure!(
-        out.stype == ROW_SPARSE,
-        "Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
-        out.stype
-    );
-    crate::ensure!(
-        ids.stype == DENSE,
-        "Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
-        ids.stype
-    );
-    Ok(())
-}
-
 /// The host's C functions the store calls, typed as MXNet 1.9's c_api.h declares them.
 pub(crate) struct Api {
     pub get_last_error: unsafe extern "C" fn() -> *const c_char,
@@ -116,10 +101,6 @@ pub(crate) struct Host {
     /// The host's `_copyto` operator: every read and write of a host array goes through it,
     /// since only the host understands its layouts (oneDNN).
     pub copyto: usize,
-    /// `add_n`: MXNet's CommCPU sums row_sparse values with the same `ElementwiseSum`.
-    pub add_n: usize,
-    /// `_sparse_retain`: the rows of a row_sparse array named by an int64 id list.
-    pub sparse_retain: usize,
 }
 
 impl Host {
@@ -190,8 +171,6 @@ impl Host {
         Ok(Host {
             errors: super::host_error::ErrorApi::resolve(vtable),
             copyto: op(c"_copyto")?,
-            add_n: op(c"add_n")?,
-            sparse_retain: op(c"_sparse_retain")?,
             library,
             api,
         })
@@ -278,37 +257,6 @@ impl Host {
             unsafe { (self.api.set_is_recording)(recording, &mut previous) };
         }
         self.check(rc, name)
-    }
-
-    /// A new, empty (delay-allocated) row_sparse host array on cpu_pinned(0), where MXNet's
-    /// local store keeps its values, with int64 row indices.
-    pub fn new_row_sparse(&self, dtype: c_int, shape: &[i64]) -> Result<NDArrayHandle> {
-        let dims: Vec<u32> = shape
-            .iter()
-            .map(|&d| u32::try_from(d).map_err(|_| crate::Error::new(format!("dimension {d} is too large"))))
-            .collect::<Result<_>>()?;
-        let (mut aux_type, mut aux_ndim, aux_shape) = (6 as c_int, 1u32, [0u32]);
-        let mut out = std::ptr::null_mut();
-        // SAFETY: MXNDArrayCreateSparseEx(row_sparse, shape, cpu_pinned(0), delay_alloc, dtype,
-        // one int64 aux of shape (0,)); every pointer is a live local for the call.
-        let rc = unsafe {
-            (self.api.create_sparse_ex)(
-                1,
-                dims.as_ptr(),
-                dims.len() as u32,
-                3,
-                0,
-                1,
-                dtype,
-                1,
-                &mut aux_type,
-                &mut aux_ndim,
-                aux_shape.as_ptr(),
-                &mut out,
-            )
-        };
-        self.check(rc, "MXNDArrayCreateSparseEx")?;
-        Ok(out)
     }
 
     /// The dense array's elements, raw, after its pending writes (blocks the caller).

@@ -24,14 +24,14 @@ pub(super) fn drop_source_for_test() -> bool {
 }
 
 /// A test-only failure (documented in docs/environment.md): `KVSTORE_HOSTED_TEST_FAIL_SUM`
-/// = `error` makes every hosted sum fail, `panic` makes it panic, so that the tests see the
-/// failure reach the host's waiters.
-pub(super) fn fail_sum_for_test() -> crate::Result<()> {
+/// = `error` makes libkvstore's work on every pushed value fail, `panic` makes it panic, so
+/// that the tests see the failure reach the host's waiters. `None` when not set.
+pub(super) fn sum_failure_for_test() -> Option<fn() -> crate::Result<()>> {
     static FAIL: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     match FAIL.get_or_init(|| std::env::var("KVSTORE_HOSTED_TEST_FAIL_SUM").ok()).as_deref() {
-        Some("error") => crate::bail!("KVSTORE_HOSTED_TEST_FAIL_SUM=error"),
-        Some("panic") => panic!("KVSTORE_HOSTED_TEST_FAIL_SUM=panic"),
-        _ => Ok(()),
+        Some("error") => Some(|| crate::bail!("KVSTORE_HOSTED_TEST_FAIL_SUM=error")),
+        Some("panic") => Some(|| panic!("KVSTORE_HOSTED_TEST_FAIL_SUM=panic")),
+        _ => None,
     }
 }
 

@@ -4,19 +4,19 @@
 //! own NDArray handles, each data operation one op in the host's engine.
 //!
 //! `host` loads the library and checks its version, `routing` fills the slot table,
-//! `dlpack` wraps store-owned memory as host arrays, `store` is the store (`dist` its
-//! distributed part, over libkvstore's MPI store, `dist_sparse` that part's row_sparse keys),
-//! `ffi` its exports.
+//! `dlpack` wraps libkvstore's memory as host arrays, `store` carries the host's arrays into
+//! libkvstore's one store (`fence` orders the two engines' ops on shared arrays, `sparse`
+//! crosses row_sparse arrays), `ffi` its exports.
 
 mod async_op;
-mod dist;
-mod dist_sparse;
 mod dlpack;
+mod fence;
 mod ffi;
 mod host;
 mod host_error;
 mod key;
 mod routing;
+mod sparse;
 mod store;
 
 use std::sync::OnceLock;

@@ -1,374 +1,83 @@
-//! The hosted store: libkvstore's store semantics (validation, per-store-type sum order) on
-//! the host's NDArray handles. Each data operation is ops in the host's engine: `_copyto`
-//! stages a host array into store-owned memory (only the host understands its layouts), one
-//! `MXEnginePushSyncND` op sums the staged copies with libkvstore's kernels (declaring the
-//! copies as read and the destination as written), and `_copyto` writes pulled values back.
-//! So a push returns at once and runs after the ops producing its values; the host's later
-//! writes of a pushed array wait for its staging copy; the host's readers of a pulled array
-//! wait for the pull.
+//! The hosted store: libkvstore's one store (`KVStore`, every type: local, device and the
+//! dist stores) serving the host's arrays. The store holds, checks, sums and updates; this
+//! module only carries the host's arrays across:
+//!
+//! - a dense value or output crosses through a staging array, one per key and position,
+//!   that is a native array and a host array at once (`HostArray::over_native`): the host's
+//!   `_copyto` fills it (or empties it into the output) in a [`host_turn`], ordered against
+//!   the store's own ops on it, so a call returns at once, as MXNet's does;
+//! - a row_sparse array crosses by its parts (`sparse`), waiting on the calling thread;
+//! - an updater gets host arrays over the store's sum and stored value, its host ops ordered
+//!   after the sum and before the store's next use of the value by a [`host_turn`].
+//!
+//! Every call reaches the store in one piece, which checks all of it before queuing anything
+//! (the staging arrays are the only thing a refused call has touched).
 
-use super::dist::HostedDist;
 use super::dlpack::HostArray;
-use super::key::Key;
-use super::key::drop_source_for_test;
-use super::async_op::{push_async, Property};
-use super::host::{check_row_sparse_pull, describe, Described, Host, DENSE, ROW_SPARSE};
-use crate::compression::GradientCompression;
+use super::fence::host_turn;
+use super::host::{describe, Described, Host, DENSE, ROW_SPARSE};
+use super::key::{drop_source_for_test, sum_failure_for_test, with_native_keys, Key};
+use super::sparse;
+use crate::engine::engine;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
-use crate::reduce::SumOrder;
-use crate::{DType, Result};
-use parking_lot::Mutex;
+use crate::store::dist::Role;
+use crate::store::{IntUpdater, KVStore, Updaters};
+use crate::{Context, DType, NDArray, Result};
+use parking_lot::{Mutex, ReentrantMutex};
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::Arc;
 
-/// A row_sparse host array the store holds (its layout is the host's: only host operators
-/// touch it).
-struct SparseArray(NDArrayHandle);
-
-// SAFETY: a host handle; the host's engine orders its users and the store serialises its own.
-unsafe impl Send for SparseArray {}
-
-/// A key's value: dense in store-owned memory, or row_sparse in a host array (MXNet keeps a
-/// key's storage type from its init, and a push without updater can change it).
-enum Stored {
-    Dense(HostArray),
-    Sparse(SparseArray),
-}
-
-impl Stored {
-    fn handle(&self) -> NDArrayHandle {
-        match self {
-            Stored::Dense(a) => a.handle,
-            Stored::Sparse(a) => a.0,
-        }
-    }
-
-    fn stype(&self) -> c_int {
-        match self {
-            Stored::Dense(_) => DENSE,
-            Stored::Sparse(_) => ROW_SPARSE,
-        }
-    }
-
-    fn free(self, host: &Host) {
-        match self {
-            Stored::Dense(a) => a.free(host),
-            Stored::Sparse(a) => host.release(a.0),
-        }
-    }
-}
-
-struct Entry {
+/// A staging array: `native` and `host` are the same memory.
+struct Staging {
+    native: NDArray,
+    host: HostArray,
     dtype: DType,
     shape: Vec<i64>,
-    stored: Stored,
-    /// The sum handed to the updater (created on the first push with an updater).
-    merged: Option<HostArray>,
-    /// Store-owned copies of the pushed values, one per source position.
-    stages: Vec<HostArray>,
-    /// The sum of row_sparse pushes (MXNet's sparse merge buffer), created on the first.
-    sparse_merged: Option<SparseArray>,
-    /// Row_sparse copies of the pushed row_sparse values, one per source position.
-    sparse_copies: Vec<SparseArray>,
-    /// Gradient-compression residuals, one per source position (zero until first used).
-    residuals: Vec<HostArray>,
 }
 
-impl Entry {
-    fn free(self, host: &Host) {
-        self.stored.free(host);
-        for a in self.merged.into_iter().chain(self.stages).chain(self.residuals) {
-            a.free(host);
-        }
-        for a in self.sparse_merged.into_iter().chain(self.sparse_copies) {
-            host.release(a.0);
-        }
-    }
+/// Which staging array: the `nth` value (or output) of `key` in a call.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Slot {
+    key: Key,
+    nth: usize,
+    output: bool,
 }
 
-/// The frontend's updaters, each with its own user pointer (MXNet's `SetUpdater` replaces
-/// only the int one; `SetUpdaterEx` sets both).
-#[derive(Clone, Copy, Default)]
-struct Updaters {
-    int: Option<(IntUpdater, usize)>,
-    string: Option<(StrUpdater, usize)>,
-}
-
-type IntUpdater = unsafe extern "C" fn(c_int, NDArrayHandle, NDArrayHandle, *mut c_void);
-type StrUpdater = unsafe extern "C" fn(*const c_char, NDArrayHandle, NDArrayHandle, *mut c_void);
-
-/// The updater call one push makes, chosen as MXNet's local store does: only when an int
-/// updater is set; string keys go to the string updater when there is one, else to the int
-/// updater with their internal id.
-enum UpdaterCall {
-    Int(IntUpdater, usize, c_int),
-    Str(StrUpdater, usize, CString),
-}
-
+/// A call's host arrays, crossed over: the native arrays to hand the store, and the staging
+/// arrays with the host copies that fill or empty them.
 #[derive(Default)]
-struct State {
-    entries: HashMap<Key, Entry>,
-    updaters: Updaters,
-    /// Whether the store's keys are strings (set by the first init; MXNet refuses mixing).
-    string_keys: Option<bool>,
-    /// String keys' internal ids, in init order (MXNet's `str_key_dict_`).
-    string_ids: HashMap<String, i32>,
-    /// The gradient compression set on the store (only `device` stores apply it).
-    compression: Option<GradientCompression>,
-}
-
-impl State {
-    /// Refuses keys of the other type than the store's.
-    fn check_key_type(&self, keys: &[Key]) -> Result<()> {
-        let Some(first) = keys.first() else { return Ok(()) };
-        let passed = matches!(first, Key::Str(_));
-        if let Some(stored) = self.string_keys {
-            let name = |s: bool| if s { "string" } else { "int" };
-            crate::ensure!(
-                stored == passed,
-                "Mixed key types are not allowed: this store uses {} keys, the call passes {} keys",
-                name(stored),
-                name(passed)
-            );
-        }
-        Ok(())
-    }
-
-    /// The int a key is ordered and (for the int updater) named by.
-    fn id(&self, key: &Key) -> i32 {
-        match key {
-            Key::Int(k) => *k,
-            Key::Str(s) => self.string_ids.get(s).copied().unwrap_or(i32::MAX),
-        }
-    }
-
-    fn updater_call(&self, key: &Key) -> Option<UpdaterCall> {
-        let (int, user) = self.updaters.int?;
-        Some(match (key, self.updaters.string) {
-            // Keys were checked free of NUL bytes when they came in.
-            (Key::Str(name), Some((f, u))) => UpdaterCall::Str(f, u, CString::new(name.as_str()).unwrap_or_default()),
-            _ => UpdaterCall::Int(int, user, self.id(key)),
-        })
-    }
+struct Crossed {
+    keys: Vec<Key>,
+    natives: Vec<NDArray>,
+    turn: Vec<(NDArray, NDArrayHandle)>,
+    copies: Vec<(NDArrayHandle, NDArrayHandle)>,
+    /// row_sparse outputs, filled from their native arrays once the store is done.
+    sparse_outs: Vec<(NDArray, NDArrayHandle, Described)>,
 }
 
 pub(super) struct HostedStore {
-    pub type_name: CString,
-    order: SumOrder,
-    /// Whether pushes apply the gradient compression set (MXNet's CommDevice does, its
-    /// CommCPU ignores it).
-    compresses: bool,
-    state: Mutex<State>,
-    /// A distributed store's MPI part: every data call goes to it.
-    pub dist: Option<HostedDist>,
+    native: KVStore,
+    is_dist: bool,
+    /// Held through a call: two calls must not fill one staging array at once. Reentrant: an
+    /// updater (called inside a push) may call the store again.
+    calls: ReentrantMutex<()>,
+    staging: Mutex<HashMap<Slot, Staging>>,
 }
 
-
-fn shape_text(shape: &[i64]) -> String {
-    format!(
-        "({})",
-        shape
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    )
+fn dims(shape: &[i64]) -> Vec<usize> {
+    shape.iter().map(|&d| usize::try_from(d).unwrap_or(0)).collect()
 }
 
-fn check_shape(key: &Key, entry: &Entry, value: &Described, what: &str) -> Result<()> {
+/// The arrays hosted mode carries across: dense and row_sparse ones.
+fn crossable(key: &Key, d: &Described, what: &str) -> Result<()> {
     crate::ensure!(
-        value.shape == entry.shape,
-        "shape mismatch for key {key}: the stored value has shape {}, the {what} {}",
-        shape_text(&entry.shape),
-        shape_text(&value.shape)
+        d.stype == DENSE || d.stype == ROW_SPARSE,
+        "key {key}: the hosted store carries dense and row_sparse arrays; the {what} has storage type {}",
+        d.stype
     );
     Ok(())
-}
-
-/// MXNet's local store takes dense and row_sparse values only.
-fn check_push_stype(value: &Described) -> Result<()> {
-    crate::ensure!(
-        value.stype == DENSE || value.stype == ROW_SPARSE,
-        "Unexpected storage type detected during kvstore push: {}",
-        value.stype
-    );
-    Ok(())
-}
-
-fn check_matches(key: &Key, entry: &Entry, value: &Described, what: &str) -> Result<()> {
-    check_shape(key, entry, value, what)?;
-    crate::ensure!(
-        value.dtype == entry.dtype,
-        "dtype mismatch for key {key}: the stored value is {}, the {what} {}",
-        entry.dtype.name(),
-        value.dtype.name()
-    );
-    Ok(())
-}
-
-/// As libkvstore's own store: a compressed push takes dense float32 values only (MXNet's
-/// kernels read float32).
-fn check_compressible(key: &Key, entry: &Entry, value: &Described) -> Result<()> {
-    crate::ensure!(value.stype == DENSE, "gradient compression does not support row_sparse values (key {key})");
-    crate::ensure!(
-        entry.dtype == DType::Float32,
-        "Gradient compression is only supported for float32 type of parameters (key {key} is {})",
-        entry.dtype.name()
-    );
-    Ok(())
-}
-
-/// Groups `values` by key, keys in the order of their ids (MXNet's local store sorts them;
-/// the updater calls follow that order), values in the order given.
-fn group(state: &State, keys: Vec<Key>, values: &[NDArrayHandle]) -> Vec<(Key, Vec<NDArrayHandle>)> {
-    let mut groups: Vec<(Key, Vec<NDArrayHandle>)> = Vec::new();
-    for (k, v) in keys.into_iter().zip(values) {
-        match groups.iter_mut().find(|(g, _)| *g == k) {
-            Some((_, vs)) => vs.push(*v),
-            None => groups.push((k, vec![*v])),
-        }
-    }
-    groups.sort_by_key(|(k, _)| state.id(k));
-    groups
-}
-
-/// One key's push of row_sparse values, all with host operators (no non-blocking C API
-/// reaches a row_sparse array's row indices), as MXNet's CommCPU does it: one value is copied
-/// into the sparse merge buffer; several are copied into row_sparse copy buffers and summed
-/// there with `add_n` (MXNet's `ElementwiseSum`; the rows of the sum are the sorted union).
-/// Then the updater gets the sum, or (no updater) the stored value becomes a copy of it,
-/// row_sparse even where it was dense. Returns the updater call to make, if any.
-fn push_sparse(
-    host: &Host,
-    entry: &mut Entry,
-    updaters: Option<UpdaterCall>,
-    values: &[NDArrayHandle],
-) -> Result<Option<(UpdaterCall, NDArrayHandle, NDArrayHandle)>> {
-    let new = || host.new_row_sparse(entry.dtype as c_int, &entry.shape).map(SparseArray);
-    if entry.sparse_merged.is_none() {
-        entry.sparse_merged = Some(new()?);
-    }
-    if values.len() > 1 {
-        while entry.sparse_copies.len() < values.len() {
-            let copy = new()?;
-            entry.sparse_copies.push(copy);
-        }
-    }
-    let merged = entry.sparse_merged.as_ref().map(|m| m.0).unwrap_or(std::ptr::null_mut());
-    if let [value] = values {
-        host.copy(*value, merged)?;
-    } else {
-        let used = if drop_source_for_test() { values.len() - 1 } else { values.len() };
-        let copies: Vec<NDArrayHandle> = entry.sparse_copies[..values.len()].iter().map(|c| c.0).collect();
-        for (v, c) in values.iter().zip(&copies) {
-            host.copy(*v, *c)?;
-        }
-        let n = CString::new(used.to_string()).unwrap_or_default();
-        host.invoke(host.add_n, "add_n", &copies[..used], merged, &[(c"num_args", n.as_c_str())])?;
-    }
-    match updaters {
-        Some(u) => {
-            let recv = host.shallow_copy(merged)?;
-            let local = host.shallow_copy(entry.stored.handle())?;
-            Ok(Some((u, recv, local)))
-        }
-        None => {
-            if entry.stored.stype() != ROW_SPARSE {
-                let stored = SparseArray(host.new_row_sparse(entry.dtype as c_int, &entry.shape)?);
-                std::mem::replace(&mut entry.stored, Stored::Sparse(stored)).free(host);
-            }
-            host.copy(merged, entry.stored.handle())?;
-            Ok(None)
-        }
-    }
-}
-
-/// The sorted, unique row ids of a dense id array of any shape and dtype, cast to int64 as
-/// MXNet's `Unique` does (a C cast: floats truncate). Reading them waits for their writers:
-/// MXNet reads them in an engine op instead, but no non-blocking C API gives them to us.
-fn unique_row_ids(host: &Host, ids: NDArrayHandle, d: &Described) -> Result<Vec<i64>> {
-    let n = usize::try_from(d.shape.iter().product::<i64>()).unwrap_or(0);
-    let raw = host.read(ids, n * d.dtype.size(), n)?;
-    let mut out: Vec<i64> = match d.dtype {
-        DType::Float32 => raw.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as i64).collect(),
-        DType::Float64 => raw.chunks_exact(8).map(|b| f64::from_ne_bytes(b.try_into().unwrap_or([0; 8])) as i64).collect(),
-        DType::Float16 => raw.chunks_exact(2).map(|b| half::f16::from_ne_bytes([b[0], b[1]]).to_f32() as i64).collect(),
-        DType::Uint8 => raw.iter().map(|&b| b as i64).collect(),
-        DType::Int8 => raw.iter().map(|&b| b as i8 as i64).collect(),
-        DType::Int32 => raw.chunks_exact(4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as i64).collect(),
-        DType::Int64 => raw.chunks_exact(8).map(|b| i64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))).collect(),
-        other => crate::bail!("row ids of dtype {} are not supported by the hosted store yet", other.name()),
-    };
-    out.sort_unstable();
-    out.dedup();
-    Ok(out)
-}
-
-/// The parameter of one sum op in the host's engine.
-struct SumJob {
-    dtype: DType,
-    order: SumOrder,
-    dst: (*mut u8, usize),
-    srcs: Vec<(*const u8, usize)>,
-    /// A compressed sum (float32 only): each source goes through 2bit/1bit with its residual.
-    compressed: Option<Compressed>,
-}
-
-/// A compressed sum's residuals (one per source) and working space, allocated when the push
-/// is queued so that the op itself cannot fail.
-struct Compressed {
-    compression: GradientCompression,
-    residuals: Vec<(*mut u8, usize)>,
-    packed: Vec<u8>,
-    scratch: Vec<f32>,
-}
-
-/// A zeroed vector of `n` elements, or an error where the memory is not there.
-fn zeroed<T: Clone + Default>(n: usize, what: &str) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| crate::Error::out_of_memory(what))?;
-    v.resize(n, T::default());
-    Ok(v)
-}
-
-/// `len` bytes at `ptr` as float32s (store-owned buffers are 64-byte aligned).
-///
-/// # Safety
-/// `ptr` points to `len` bytes that nothing else touches while the slice lives.
-unsafe fn floats<'a>(ptr: *mut u8, len: usize) -> &'a mut [f32] {
-    // SAFETY: as the caller promises; the buffers are aligned for every element type.
-    unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, len / 4) }
-}
-
-// SAFETY: the pointers are into store-owned arrays that the host op running the job declares
-// (sources read; destination and residuals written) and that the store frees only after
-// waiting for that op.
-unsafe impl Send for SumJob {}
-
-impl SumJob {
-    /// Runs the sum on a host engine thread, once the staged copies are written and every
-    /// earlier user of the destination is done.
-    fn run(&mut self) -> Result<()> {
-        super::key::fail_sum_for_test()?;
-        match &mut self.compressed {
-            None => {
-                // SAFETY: as for `Send`: no other op touches these arrays now; the sources
-                // are distinct store-owned buffers from the destination.
-                let dst = unsafe { std::slice::from_raw_parts_mut(self.dst.0, self.dst.1) };
-                let srcs: Vec<&[u8]> = self.srcs.iter().map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) }).collect();
-                crate::reduce::sum_into(self.dtype, self.order, dst, &srcs, 1);
-            }
-            Some(c) => {
-                // SAFETY: as above; float32 buffers (checked at the push), all distinct.
-                let out = unsafe { floats(self.dst.0, self.dst.1) };
-                let srcs: Vec<&[f32]> = self.srcs.iter().map(|&(p, n)| &*unsafe { floats(p as *mut u8, n) }).collect();
-                let mut residuals: Vec<&mut [f32]> = c.residuals.iter().map(|&(p, n)| unsafe { floats(p, n) }).collect();
-                c.compression.reduce(&srcs, &mut residuals, out, &mut c.packed, &mut c.scratch);
-            }
-        }
-        Ok(())
-    }
 }
 
 impl HostedStore {
@@ -378,390 +87,356 @@ impl HostedStore {
             !lower.contains("nccl") && !lower.contains("horovod") && !lower.contains("byteps"),
             "store type {name}: hosted mode serves `local`, `device` and the `dist` stores; GPU stores are later work"
         );
-        let dist = match crate::store::dist::dist_mode(&lower) {
-            Some(_) => Some(HostedDist::new(&lower)?),
-            None => None,
-        };
-        let compresses = lower.contains("device");
-        let order = if compresses {
-            SumOrder::Serial
-        } else {
-            SumOrder::CpuComm
-        };
+        let native = KVStore::new(&lower)?;
+        // The updaters' host ops are ordered by engine handovers (`updater_in_turn`).
+        native.set_updaters_wait(false);
         Ok(HostedStore {
-            // MXNet reports the lower-cased name.
-            type_name: CString::new(lower).map_err(|_| crate::Error::new("store type with NUL"))?,
-            order,
-            compresses,
-            state: Mutex::new(State::default()),
-            dist,
+            is_dist: crate::store::dist::dist_mode(&lower).is_some(),
+            native,
+            calls: ReentrantMutex::new(()),
+            staging: Mutex::new(HashMap::new()),
         })
     }
 
-    pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
-        let mut state = self.state.lock();
-        state.check_key_type(&keys)?;
-        if let Some(d) = &self.dist {
-            if let Some(first) = keys.first() {
-                state.string_keys = Some(matches!(first, Key::Str(_)));
+    pub fn type_name(&self) -> &CStr {
+        self.native.type_name()
+    }
+
+    /// The store itself, for the calls that take no arrays.
+    pub fn native(&self) -> &KVStore {
+        &self.native
+    }
+
+    /// The staging array of `slot` for an array described by `d` (a new one where the last
+    /// call's had another shape or dtype).
+    fn staging<'a>(&self, cache: &'a mut HashMap<Slot, Staging>, host: &Host, slot: Slot, d: &Described) -> Result<&'a Staging> {
+        let fits = cache.get(&slot).is_some_and(|s| s.dtype == d.dtype && s.shape == d.shape);
+        if !fits {
+            let native = NDArray::zeros(&dims(&d.shape), Context::cpu(0), d.dtype)?;
+            let view = HostArray::over_native(host, &native)?;
+            let made = Staging { native, host: view, dtype: d.dtype, shape: d.shape.clone() };
+            if let Some(old) = cache.insert(slot.clone(), made) {
+                // Queued ops on it hold their own references.
+                old.host.forget(host);
             }
-            drop(state);
-            return d.init(host, keys, values);
         }
-        let mut planned = Vec::with_capacity(keys.len());
-        for (k, v) in keys.into_iter().zip(values) {
-            crate::ensure!(
-                !state.entries.contains_key(&k)
-                    && !planned.iter().any(|(p, _, _): &(Key, _, _)| *p == k),
-                "key {k} has already been inited"
-            );
+        cache.get(&slot).ok_or_else(|| crate::Error::new("staging array missing (internal error)"))
+    }
+
+    /// Crosses `values` over for a push: dense ones into staging arrays (their copies to make
+    /// in the turn), row_sparse ones by their parts, now.
+    fn cross_values(&self, host: &Host, keys: &[Key], values: &[NDArrayHandle]) -> Result<Crossed> {
+        let mut cache = self.staging.lock();
+        let mut crossed = Crossed::default();
+        let mut seen: HashMap<&Key, usize> = HashMap::new();
+        for (k, v) in keys.iter().zip(values) {
             let d = describe(host, *v)?;
-            crate::ensure!(
-                d.stype == DENSE || d.stype == ROW_SPARSE,
-                "key {k}: the hosted store keeps dense and row_sparse values, not storage type {}",
-                d.stype
-            );
-            planned.push((k, *v, d));
-        }
-        let mut made = Vec::with_capacity(planned.len());
-        for (k, v, d) in planned {
-            let stored = if d.stype == DENSE {
-                Stored::Dense(HostArray::new(host, d.dtype, &d.shape)?)
+            crossable(k, &d, "pushed value")?;
+            let nth = seen.entry(k).or_insert(0);
+            if d.stype == ROW_SPARSE {
+                crossed.natives.push(sparse::to_native(host, *v, &d)?);
             } else {
-                Stored::Sparse(SparseArray(host.new_row_sparse(d.dtype as c_int, &d.shape)?))
-            };
-            made.push((k, v, d, stored));
-        }
-        if let Some(first) = made.first() {
-            state.string_keys = Some(matches!(first.0, Key::Str(_)));
-        }
-        for (k, v, d, stored) in made {
-            if let Key::Str(name) = &k {
-                let id = state.string_ids.len() as i32;
-                state.string_ids.insert(name.clone(), id);
+                let s = self.staging(&mut cache, host, Slot { key: k.clone(), nth: *nth, output: false }, &d)?;
+                crossed.natives.push(s.native.clone());
+                crossed.turn.push((s.native.clone(), s.host.handle));
+                crossed.copies.push((*v, s.host.handle));
             }
-            host.copy(v, stored.handle())?;
-            state.entries.insert(
-                k,
-                Entry {
-                    dtype: d.dtype,
-                    shape: d.shape,
-                    stored,
-                    merged: None,
-                    stages: Vec::new(),
-                    sparse_merged: None,
-                    sparse_copies: Vec::new(),
-                    residuals: Vec::new(),
-                },
-            );
+            *nth += 1;
+            crossed.keys.push(k.clone());
         }
-        Ok(())
+        Ok(crossed)
     }
 
-    /// `PushPull` is a push, then a pull: a distributed store first refuses what its pull
-    /// would (row_sparse keys), and what MXNet's dist workers refuse once gradient compression
-    /// is set (their push-and-pull message has no compressed form), so a refused call pushes
-    /// nothing.
-    pub fn check_push_pull(&self, host: &Host, vkeys: &[Key], values: &[NDArrayHandle], okeys: &[Key], outs: &[NDArrayHandle]) -> Result<()> {
-        match &self.dist {
-            Some(d) => {
-                crate::ensure!(self.state.lock().compression.is_none(), "Compression not supported with PushPull");
-                d.check_push_pull(host, vkeys, values, okeys, outs)
-            }
-            None => Ok(()),
-        }
-    }
-
-    pub fn push(
-        &self,
-        host: &Host,
-        keys: Vec<Key>,
-        values: &[NDArrayHandle],
-        priority: c_int,
-    ) -> Result<()> {
-        if let Some(d) = &self.dist {
-            self.state.lock().check_key_type(&keys)?;
-            return d.push(host, keys, values, priority);
-        }
-        let (groups, compression) = {
-            let state = self.state.lock();
-            state.check_key_type(&keys)?;
-            let compression = state.compression.filter(|_| self.compresses);
-            let groups = group(&state, keys, values);
-            for (k, vs) in &groups {
-                let entry = state
-                    .entries
-                    .get(k)
-                    .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
-                for v in vs {
-                    let d = describe(host, *v)?;
-                    check_push_stype(&d)?;
-                    check_matches(k, entry, &d, "pushed value")?;
-                    if compression.is_some() {
-                        check_compressible(k, entry, &d)?;
-                    }
-                }
-            }
-            (groups, compression)
-        };
-        for (k, vs) in groups {
-            let update = self.push_one(host, &k, &vs, compression, priority)?;
-            if let Some((call, recv, local)) = update {
-                // The updater runs on the calling thread without the store's lock, as MXNet's
-                // local store calls it, right after the sum is queued.
-                // SAFETY: the callbacks the frontend installed with these signatures; it owns
-                // (and frees) the two new handles.
-                unsafe {
-                    match call {
-                        UpdaterCall::Int(f, user, id) => f(id, recv, local, user as *mut c_void),
-                        UpdaterCall::Str(f, user, name) => f(name.as_ptr(), recv, local, user as *mut c_void),
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Stages and sums one key's values; returns the updater call to make, if any.
-    fn push_one(
-        &self,
-        host: &Host,
-        key: &Key,
-        values: &[NDArrayHandle],
-        compression: Option<GradientCompression>,
-        priority: c_int,
-    ) -> Result<Option<(UpdaterCall, NDArrayHandle, NDArrayHandle)>> {
-        let mut state = self.state.lock();
-        let updaters = state.updater_call(key);
-        let entry = state
-            .entries
-            .get_mut(key)
-            .ok_or_else(|| crate::Error::new(format!("key {key} has not been inited")))?;
-        // As MXNet's CommCPU: the first value's storage type picks the sum (the copies of the
-        // others into its buffers cast their storage type).
-        if describe(host, values[0])?.stype == ROW_SPARSE {
-            return push_sparse(host, entry, updaters, values);
-        }
-        if updaters.is_none() && entry.stored.stype() == ROW_SPARSE {
-            // MXNet: a sum of another storage type than the stored value's replaces it by a
-            // copy, so a row_sparse key pushed dense values without updater becomes dense.
-            let dense = HostArray::new(host, entry.dtype, &entry.shape)?;
-            std::mem::replace(&mut entry.stored, Stored::Dense(dense)).free(host);
-        }
-        let stored_handle = entry.stored.handle();
-        // With an updater the sum goes to the merge buffer, so a row_sparse stored value is
-        // only handed to the updater.
-        let (stored_ptr, stored_len) = match &entry.stored {
-            Stored::Dense(a) => (a.ptr, a.len),
-            Stored::Sparse(_) => (std::ptr::null_mut(), 0),
-        };
-        while entry.stages.len() < values.len() {
-            entry
-                .stages
-                .push(HostArray::new(host, entry.dtype, &entry.shape)?);
-        }
-        // As MXNet's CommDevice: a residual per source position, zero when first used.
-        if compression.is_some() {
-            while entry.residuals.len() < values.len() {
-                entry.residuals.push(HostArray::new(host, entry.dtype, &entry.shape)?);
-            }
-        }
-        for (v, stage) in values.iter().zip(&entry.stages) {
-            host.copy(*v, stage.handle)?;
-        }
-        if updaters.is_some() && entry.merged.is_none() {
-            entry.merged = Some(HostArray::new(host, entry.dtype, &entry.shape)?);
-        }
-        let (dst_handle, dst_ptr, dst_len) = match (&updaters, &entry.merged) {
-            (Some(_), Some(m)) => (m.handle, m.ptr, m.len),
-            _ => (stored_handle, stored_ptr, stored_len),
-        };
-        let used = if drop_source_for_test() && values.len() > 1 {
-            values.len() - 1
-        } else {
-            values.len()
-        };
-        let stages = &entry.stages[..used];
-        let compressed = match compression {
-            Some(gc) => {
-                let n = dst_len / 4;
-                Some(Compressed {
-                    compression: gc,
-                    residuals: entry.residuals[..used].iter().map(|r| (r.ptr, r.len)).collect(),
-                    packed: zeroed(gc.packed_bytes(n), "a compressed push's packed buffer")?,
-                    scratch: zeroed(n, "a compressed push's dequantised buffer")?,
-                })
-            }
-            None => None,
-        };
-        let mut writes = vec![dst_handle];
-        if compression.is_some() {
-            writes.extend(entry.residuals[..used].iter().map(|r| r.handle));
-        }
-        let job = SumJob {
-            dtype: entry.dtype,
-            order: self.order,
-            dst: (dst_ptr, dst_len),
-            srcs: stages.iter().map(|s| (s.ptr as *const u8, s.len)).collect(),
-            compressed,
-        };
-        let reads: Vec<NDArrayHandle> = stages.iter().map(|s| s.handle).collect();
-        let mut job = job;
-        // A failing or panicking sum fails the host op: the host keeps the failure on the
-        // destination (and what is computed from it) and reports it at the next wait.
-        push_async(host, &reads, &writes, priority, (c"KVStoreReduce", Property::CpuPrioritized), move |done| {
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())) {
-                Ok(Ok(())) => done.finish(),
-                Ok(Err(e)) => done.fail(&format!("libkvstore's sum failed: {}", e.message())),
-                Err(_) => done.fail("libkvstore's sum failed: internal error (panic)"),
-            }
-        })?;
-        match (updaters, &entry.merged) {
-            (Some(u), Some(merged)) => {
-                let recv = host.shallow_copy(merged.handle)?;
-                let local = host.shallow_copy(stored_handle)?;
-                Ok(Some((u, recv, local)))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// `PullRowSparse`: each output becomes the stored rows named by its row ids (sorted,
-    /// unique, zeros for rows the store lacks), with the host's `_sparse_retain`.
-    pub fn pull_row_sparse(
-        &self,
-        host: &Host,
-        keys: Vec<Key>,
-        outs: &[NDArrayHandle],
-        row_ids: &[NDArrayHandle],
-    ) -> Result<()> {
-        if let Some(d) = &self.dist {
-            self.state.lock().check_key_type(&keys)?;
-            return d.pull_row_sparse(host, keys, outs, row_ids);
-        }
-        let state = self.state.lock();
-        state.check_key_type(&keys)?;
-        let mut planned = Vec::with_capacity(outs.len());
-        for ((k, o), r) in keys.iter().zip(outs).zip(row_ids) {
-            let out = describe(host, *o)?;
-            let ids = describe(host, *r)?;
-            check_row_sparse_pull(&out, &ids)?;
-            let entry = state
-                .entries
-                .get(k)
-                .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
-            crate::ensure!(
-                entry.stored.stype() == ROW_SPARSE,
-                "PullRowSparse expects row_sparse src NDArray (key {k} holds a dense value)"
-            );
-            check_matches(k, entry, &out, "row_sparse_pull output")?;
-            let unique = unique_row_ids(host, *r, &ids)?;
-            // As libkvstore's own store (MXNet does not check: an id past the end would make
-            // an output whose ids and shape disagree).
-            let rows = entry.shape.first().copied().unwrap_or(0);
-            if let Some(bad) = unique.iter().find(|&&id| id < 0 || id >= rows) {
-                crate::bail!("row id {bad} is out of range for key {k}: the stored value has {rows} rows");
-            }
-            planned.push((entry.stored.handle(), *o, unique));
-        }
-        for (stored, out, unique) in planned {
-            let ids = HostArray::new(host, DType::Int64, &[unique.len() as i64])?;
-            // SAFETY: `ids` is new: no host op uses its memory yet, which holds `len` bytes,
-            // exactly `unique.len()` int64s.
-            unsafe { std::ptr::copy_nonoverlapping(unique.as_ptr() as *const u8, ids.ptr, ids.len.min(unique.len() * 8)) };
-            let done = host.invoke(host.sparse_retain, "_sparse_retain", &[stored, ids.handle], out, &[]);
-            // The retain op holds its own reference to the ids.
-            ids.forget(host);
-            done?;
-        }
-        Ok(())
-    }
-
-    pub fn pull(
-        &self,
-        host: &Host,
-        keys: Vec<Key>,
-        outs: &[NDArrayHandle],
-        priority: c_int,
-        ignore_sparse: bool,
-    ) -> Result<()> {
-        if let Some(d) = &self.dist {
-            self.state.lock().check_key_type(&keys)?;
-            return d.pull(host, keys, outs, priority, ignore_sparse);
-        }
-        let state = self.state.lock();
-        state.check_key_type(&keys)?;
-        let mut copies = Vec::with_capacity(outs.len());
+    /// Crosses `outs` over for a pull: dense ones get staging arrays (their copies out to make
+    /// in the turn after the store's pull), row_sparse ones native arrays of their own.
+    fn cross_outputs(&self, host: &Host, keys: &[Key], outs: &[NDArrayHandle], crossed: &mut Crossed) -> Result<()> {
+        let mut cache = self.staging.lock();
+        let mut seen: HashMap<&Key, usize> = HashMap::new();
         for (k, o) in keys.iter().zip(outs) {
-            let entry = state
-                .entries
-                .get(k)
-                .ok_or_else(|| crate::Error::new(format!("key {k} has not been inited")))?;
             let d = describe(host, *o)?;
-            if d.stype != DENSE && ignore_sparse {
+            crossable(k, &d, "output")?;
+            let nth = seen.entry(k).or_insert(0);
+            if d.stype == ROW_SPARSE {
+                let native = NDArray::empty_row_sparse(&dims(&d.shape), Context::cpu(0), d.dtype)?;
+                crossed.natives.push(native.clone());
+                crossed.sparse_outs.push((native, *o, d));
+            } else {
+                let s = self.staging(&mut cache, host, Slot { key: k.clone(), nth: *nth, output: true }, &d)?;
+                crossed.natives.push(s.native.clone());
+                crossed.turn.push((s.native.clone(), s.host.handle));
+                crossed.copies.push((s.host.handle, *o));
+            }
+            *nth += 1;
+            crossed.keys.push(k.clone());
+        }
+        Ok(())
+    }
+
+    /// Fills the staging arrays of a push (the host's copies, in a turn).
+    fn fill(&self, host: &Host, crossed: &Crossed, priority: c_int) -> Result<()> {
+        host_turn(host, c"KVStorePush", &crossed.turn, priority, || {
+            for (value, staging) in &crossed.copies {
+                host.copy(*value, *staging)?;
+            }
+            Ok(())
+        })?;
+        if let Some(fail) = sum_failure_for_test() {
+            // The test control fails the store's work on these values, as a failing sum would.
+            let vars: Vec<_> = crossed.turn.iter().map(|(n, _)| n.var()).collect();
+            engine().push(&[], &vars, priority, move |_| fail());
+        }
+        Ok(())
+    }
+
+    /// Empties the staging arrays of a pull into the outputs (the host's copies, in a turn
+    /// after the store's pull), and fills the row_sparse outputs (waiting for the pull).
+    fn empty(&self, host: &Host, crossed: &Crossed, priority: c_int) -> Result<()> {
+        host_turn(host, c"KVStorePull", &crossed.turn, priority, || {
+            for (staging, out) in &crossed.copies {
+                host.copy(*staging, *out)?;
+            }
+            Ok(())
+        })?;
+        for (native, out, d) in &crossed.sparse_outs {
+            sparse::from_native(host, native, *out, d)?;
+        }
+        Ok(())
+    }
+
+    pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
+        let _call = self.calls.lock();
+        let natives = self.cross_init(host, &keys, values)?;
+        with_native_keys(&keys, |ks| self.native.init(ks, &natives))
+    }
+
+    /// Crosses an init's values over, now: new native arrays the store takes.
+    fn cross_init(&self, host: &Host, keys: &[Key], values: &[NDArrayHandle]) -> Result<Vec<NDArray>> {
+        let mut natives = Vec::with_capacity(values.len());
+        for (k, v) in keys.iter().zip(values) {
+            let d = describe(host, *v)?;
+            crossable(k, &d, "value")?;
+            if d.stype == ROW_SPARSE {
+                natives.push(sparse::to_native(host, *v, &d)?);
                 continue;
             }
-            crate::ensure!(
-                d.stype == DENSE || d.stype == ROW_SPARSE,
-                "key {k}: pulling into storage type {} is not supported by the hosted store yet",
-                d.stype
-            );
-            if d.stype == DENSE && entry.stored.stype() == DENSE {
-                // Pulls cast, as MXNet's CopyFromTo does: only the shape must match.
-                check_shape(k, entry, &d, "pull output")?;
-            } else {
-                check_matches(k, entry, &d, "pull output")?;
-            }
-            copies.push((entry.stored.handle(), *o));
+            let native = NDArray::zeros(&dims(&d.shape), Context::cpu(0), d.dtype)?;
+            let view = HostArray::over_native(host, &native)?;
+            let copied = host.copy(*v, view.handle).and_then(|()| host.wait_to_write(view.handle));
+            view.free(host);
+            copied?;
+            natives.push(native);
         }
-        for (src, dst) in copies {
-            host.copy(src, dst)?;
-        }
-        Ok(())
+        Ok(natives)
     }
 
-    /// `MXKVStoreSetGradientCompression`, parsed as libkvstore's own store parses it.
-    /// `device` stores apply it to every later push (not to Init); `local` stores keep it and
-    /// ignore it, as MXNet's CommCPU does; dist stores hand it to the MPI store underneath,
-    /// which compresses each worker's merged value (MXNet's dist workers reduce their local
-    /// values uncompressed: their Comm never gets the setting).
-    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
-        let gc = GradientCompression::from_params(params)?;
-        if let Some(d) = &self.dist {
-            d.set_gradient_compression(params)?;
+    pub fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
+        let _call = self.calls.lock();
+        let mut crossed = self.cross_values(host, &keys, values)?;
+        self.fill(host, &crossed, priority)?;
+        drop_last_sources_for_test(&mut crossed);
+        with_native_keys(&crossed.keys, |ks| self.native.push(ks, std::mem::take(&mut crossed.natives), priority))
+    }
+
+    pub fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
+        let _call = self.calls.lock();
+        let mut crossed = Crossed::default();
+        self.cross_outputs(host, &keys, outs, &mut crossed)?;
+        if ignore_sparse {
+            // The store skips them: they keep what they hold.
+            crossed.sparse_outs.clear();
         }
-        self.state.lock().compression = Some(gc);
-        Ok(())
+        with_native_keys(&crossed.keys, |ks| self.native.pull(ks, crossed.natives.clone(), priority, ignore_sparse))?;
+        self.empty(host, &crossed, priority)
+    }
+
+    /// `PushPull`: one call of the store (it checks the push and the pull before either runs).
+    pub fn push_pull(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
+        let _call = self.calls.lock();
+        let mut pushed = self.cross_values(host, &vkeys, values)?;
+        let mut pulled = Crossed::default();
+        self.cross_outputs(host, &okeys, outs, &mut pulled)?;
+        // The store's push-pull skips row_sparse outputs, as its pull with ignore_sparse.
+        pulled.sparse_outs.clear();
+        self.fill(host, &pushed, priority)?;
+        drop_last_sources_for_test(&mut pushed);
+        let natives = std::mem::take(&mut pushed.natives);
+        with_native_keys(&pushed.keys, |vks| {
+            with_native_keys(&pulled.keys, |oks| self.native.push_pull(vks, natives, oks, pulled.natives.clone(), priority))
+        })?;
+        self.empty(host, &pulled, priority)
+    }
+
+    /// `Broadcast`: one call of the store (init, then pull).
+    pub fn broadcast(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
+        let _call = self.calls.lock();
+        let natives = self.cross_init(host, &vkeys, values)?;
+        let mut pulled = Crossed::default();
+        self.cross_outputs(host, &okeys, outs, &mut pulled)?;
+        pulled.sparse_outs.clear();
+        with_native_keys(&vkeys, |vks| {
+            with_native_keys(&pulled.keys, |oks| self.native.broadcast(vks, &natives, oks, pulled.natives.clone(), priority))
+        })?;
+        self.empty(host, &pulled, priority)
+    }
+
+    /// `PullRowSparse`: the row ids are read now (their writers waited for: MXNet reads them in
+    /// an engine op, but no non-blocking C API gives them to us); the outputs are filled once
+    /// the store's pull is done.
+    pub fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
+        let _call = self.calls.lock();
+        let mut crossed = Crossed::default();
+        self.cross_outputs(host, &keys, outs, &mut crossed)?;
+        let mut ids = Vec::with_capacity(row_ids.len());
+        for (k, r) in keys.iter().zip(row_ids) {
+            let d = describe(host, *r)?;
+            crossable(k, &d, "row ids array")?;
+            ids.push(if d.stype == ROW_SPARSE { sparse::to_native(host, *r, &d)? } else { sparse::dense_to_native(host, *r, &d)? });
+        }
+        with_native_keys(&keys, |ks| self.native.pull_row_sparse(ks, &crossed.natives, &ids, priority))?;
+        self.empty(host, &crossed, priority)
+    }
+
+    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
+        self.native.set_gradient_compression(params)
     }
 
     /// `MXKVStoreSetUpdater`: replaces the int updater only.
     pub fn set_int_updater(&self, int: MXKVStoreUpdater, user: *mut c_void) -> Result<()> {
-        if let Some(d) = &self.dist {
-            return d.set_updater(int, user);
+        if let Some(u) = self.updaters(int, None, user)? {
+            self.native.set_int_updater(u.int);
         }
-        self.state.lock().updaters.int = int.map(|f| (f, user as usize));
         Ok(())
     }
 
     /// `MXKVStoreSetUpdaterEx`: replaces both updaters.
     pub fn set_updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) -> Result<()> {
-        if let Some(d) = &self.dist {
-            return d.set_updater(int, user);
+        if let Some(u) = self.updaters(int, string, user)? {
+            self.native.set_updaters(u);
         }
-        let mut state = self.state.lock();
-        state.updaters.int = int.map(|f| (f, user as usize));
-        state.updaters.string = string.map(|f| (f, user as usize));
         Ok(())
     }
 
-    /// Waits for every pending op on the store's arrays, then drops them.
-    pub fn free(self, host: &Host) {
-        if let Some(d) = self.dist {
-            d.free(host);
+    /// The store's updaters calling the frontend's: in a turn on a worker's store; on a server
+    /// (Python's `kvstore_server` installs the pickled optimizer from the controller) waiting,
+    /// as the server reads the value as soon as its updater returns. A dist worker keeps an
+    /// updater it never calls (MXNet's does too): `None`.
+    fn updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) -> Result<Option<Updaters>> {
+        let host = super::host().ok_or_else(|| crate::Error::new("hosted mode without a host library"))?;
+        let user = user as usize;
+        let on_server = self.is_dist && Role::current() == Role::Server;
+        if self.is_dist && !on_server {
+            return Ok(None);
         }
-        let state = self.state.into_inner();
-        for (_, e) in state.entries {
-            e.free(host);
+        let int: Option<IntUpdater> = int.map(|f| {
+            let call: IntUpdater = Arc::new(move |key: i32, recv: NDArray, local: NDArray| {
+                // SAFETY: the callback the frontend installed with this signature; it owns (and
+                // frees) the two new handles.
+                let update = |r, l| unsafe { f(key, r, l, user as *mut c_void) };
+                if on_server {
+                    if let Err(e) = sparse::update_now(host, &recv, &local, update) {
+                        // The stored value is unknown now: the job stops with the reason
+                        // instead of training on it (MXNet's server dies on the failed wait).
+                        crate::store::dist::abort_job(&format!("the hosted server's updater for key {key} failed in the host: {}", e.message()));
+                    }
+                } else {
+                    updater_in_turn(host, &recv, &local, update);
+                }
+            });
+            call
+        });
+        let string: Option<crate::store::StrUpdater> = string.map(|f| {
+            let call: crate::store::StrUpdater = Arc::new(move |key: &CStr, recv: NDArray, local: NDArray| {
+                let key: *const c_char = key.as_ptr();
+                // SAFETY: as for the int updater; `key` lives through the call.
+                updater_in_turn(host, &recv, &local, |r, l| unsafe { f(key, r, l, user as *mut c_void) });
+            });
+            call
+        });
+        Ok(Some(Updaters { int, string }))
+    }
+
+    /// Waits until neither engine uses the staging arrays, then drops them and the store
+    /// (whose drop runs a dist store's exit protocol).
+    pub fn free(self, host: &Host) {
+        let staging = self.staging.into_inner();
+        for s in staging.values() {
+            if !super::shut_down() {
+                let _ = host.wait_to_write(s.host.handle);
+            }
+            let _ = s.native.wait_to_write();
+        }
+        for (_, s) in staging {
+            s.host.free(host);
+        }
+        drop(self.native);
+    }
+}
+
+/// One updater call on a worker's store: host arrays over the sum and the stored value, the
+/// frontend's updater queuing its host ops on them in a turn. row_sparse arrays cross by their
+/// parts, waiting. A failure that leaves the stored value unknown is kept on it, for the next
+/// pull to report.
+fn updater_in_turn(host: &Host, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) {
+    let outcome = if recv.stype() != crate::StorageType::Default || local.stype() != crate::StorageType::Default {
+        sparse::update_now(host, recv, local, update)
+    } else {
+        dense_update(host, recv, local, update)
+    };
+    if let Err(e) = outcome {
+        let why = format!("the hosted updater failed: {}", e.message());
+        engine().push(&[], &[local.var()], 0, move |_| Err(crate::Error::new(why)));
+    }
+}
+
+fn dense_update(host: &Host, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) -> Result<()> {
+    let recv_host = HostArray::over_native(host, recv)?;
+    let local_host = match HostArray::over_native(host, local) {
+        Ok(l) => l,
+        Err(e) => {
+            recv_host.forget(host);
+            return Err(e);
+        }
+    };
+    let turn = [(recv.clone(), recv_host.handle), (local.clone(), local_host.handle)];
+    let ran = host_turn(host, c"KVStoreUpdate", &turn, 0, || {
+        let r = host.shallow_copy(recv_host.handle)?;
+        let l = match host.shallow_copy(local_host.handle) {
+            Ok(l) => l,
+            Err(e) => {
+                host.release(r);
+                return Err(e);
+            }
+        };
+        update(r, l);
+        Ok(())
+    });
+    // The ops queued on them hold their own references.
+    recv_host.forget(host);
+    local_host.forget(host);
+    ran
+}
+
+/// The test-only negative control (`KVSTORE_HOSTED_TEST_DROP_SOURCE=1`): a key pushed several
+/// values in one call loses its last one, so comparisons against pure MXNet must fail.
+fn drop_last_sources_for_test(crossed: &mut Crossed) {
+    if !drop_source_for_test() {
+        return;
+    }
+    let mut count: HashMap<Key, usize> = HashMap::new();
+    for k in &crossed.keys {
+        *count.entry(k.clone()).or_insert(0) += 1;
+    }
+    let mut keep = vec![true; crossed.keys.len()];
+    for (i, k) in crossed.keys.iter().enumerate().rev() {
+        if let Some(n) = count.get_mut(k) {
+            if *n > 1 {
+                keep[i] = false;
+                *n = 0;
+            }
         }
     }
+    let mut it = keep.iter();
+    crossed.keys.retain(|_| *it.next().unwrap_or(&true));
+    let mut it = keep.iter();
+    crossed.natives.retain(|_| *it.next().unwrap_or(&true));
 }

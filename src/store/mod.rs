@@ -65,6 +65,8 @@ pub struct KVStore {
     comm: Box<dyn Comm>,
     state: Mutex<State>,
     updaters: RwLock<Updaters>,
+    /// Whether an updater call first waits for its arrays (see [`KVStore::set_updaters_wait`]).
+    updaters_wait: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for KVStore {
@@ -93,6 +95,7 @@ impl KVStore {
             comm,
             state: Mutex::new(State::default()),
             updaters: RwLock::new(Updaters::default()),
+            updaters_wait: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -404,6 +407,13 @@ impl KVStore {
         *self.updaters.write() = updaters;
     }
 
+    /// Whether each updater call first waits until its sum is ready and the stored value is
+    /// free (the default: a C updater reads and writes raw data). Hosted mode turns it off:
+    /// its updaters queue the host's ops, ordered after the store's by an engine handover.
+    pub fn set_updaters_wait(&self, wait: bool) {
+        self.updaters_wait.store(wait, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Installs only the int updater, keeping a string updater set earlier (as MXNet does).
     pub fn set_int_updater(&self, updater: Option<IntUpdater>) {
         let mut updaters = self.updaters.write();
@@ -639,7 +649,11 @@ impl KVStore {
         for c in calls {
             let _trace = profiler::span(Class::Call, "update", || vec![("bytes", Arg::Int(c.recv.data_byte_len() as i64))]);
             let turn = turns::take((self as *const KVStore as usize, c.id));
-            if let Err(failure) = c.recv.wait_to_read().and_then(|()| c.local.wait_to_write()) {
+            let waited = match self.updaters_wait.load(std::sync::atomic::Ordering::Relaxed) {
+                true => c.recv.wait_to_read().and_then(|()| c.local.wait_to_write()),
+                false => Ok(()),
+            };
+            if let Err(failure) = waited {
                 crate::engine::engine().push(&[], &[c.local.var()], 0, move |_| Err(failure));
             } else {
                 c.updaters.call(&c.key, c.recv, c.local);

@@ -85,7 +85,7 @@ echo "compressed negative controls (a dropped source; no compression) differ, as
 # next wait on the pulled value), in both reductions (local: CommCPU order; device).
 for store in local device; do
   KVSTORE_HOSTED_TEST_FAIL_SUM=error hosted "$py" tests/hosted/failing_sum.py $store "KVSTORE_HOSTED_TEST_FAIL_SUM=error" 2>/dev/null
-  KVSTORE_HOSTED_TEST_FAIL_SUM=panic hosted "$py" tests/hosted/failing_sum.py $store "internal error (panic)" 2>/dev/null
+  KVSTORE_HOSTED_TEST_FAIL_SUM=panic hosted "$py" tests/hosted/failing_sum.py $store "engine operation panicked" 2>/dev/null
 done
 
 # Hosted KVStore handles are checked as native ones: freed and made-up handles refused.
@@ -227,10 +227,10 @@ echo "hosted dist: a server updater failing in the host's engine stops the job w
 rm -rf "$out/pslite" "$out/mpi"
 env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
   --output-dir "$out/pslite" "$py" tests/hosted/dist_sparse_checks.py --valid-only > /dev/null 2>&1 \
-  || { echo "hosted dist: the pure MXNet row_sparse checks failed"; tail -20 "$out"/pslite/worker.*.stderr; exit 1; }
+  || { echo "hosted dist: the pure MXNet row_sparse checks failed"; tail -n 20 "$out"/pslite/worker.*.stderr; exit 1; }
 MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
   --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/dist_sparse_checks.py > "$out/mpirun.log" 2>&1 \
-  || { echo "hosted dist: the row_sparse checks failed"; tail -20 "$out"/mpi/1/rank.[12]/stderr; exit 1; }
+  || { echo "hosted dist: the row_sparse checks failed"; tail -n 20 "$out"/mpi/1/rank.[12]/stderr; exit 1; }
 [ "$(cat "$out"/pslite/worker.*.stdout "$out"/mpi/1/rank.[12]/stdout | grep -c 'all row_sparse checks passed')" = 4 ] \
   || { echo "hosted dist: the row_sparse checks did not finish on every worker"; exit 1; }
 echo "hosted dist: row_sparse checks pass on pure MXNet (the calls it allows, $(grep -c '^ok' "$out"/pslite/worker.0.stdout) checks) and hosted ($(grep -c '^ok\|^refused' "$out"/mpi/1/rank.1/stdout) checks)"
@@ -240,10 +240,10 @@ echo "hosted dist: row_sparse checks pass on pure MXNet (the calls it allows, $(
 rm -rf "$out/pslite" "$out/mpi"
 env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
   --output-dir "$out/pslite" "$py" tests/hosted/dist_sparse_async.py > /dev/null 2>&1 \
-  || { echo "hosted dist: the pure MXNet dist_async row_sparse job failed"; tail -20 "$out"/pslite/worker.*.stderr; exit 1; }
+  || { echo "hosted dist: the pure MXNet dist_async row_sparse job failed"; tail -n 20 "$out"/pslite/worker.*.stderr; exit 1; }
 MXNET_LIBRARY_PATH="$lib" scripts/kvstore-launch -n 2 -s 1 --launcher local --timeout 180 \
   --env "KVSTORE_HOST_LIBRARY:$ref" --output-dir "$out/mpi" "$py" tests/hosted/dist_sparse_async.py > "$out/mpirun.log" 2>&1 \
-  || { echo "hosted dist: the hosted dist_async row_sparse job failed"; tail -20 "$out"/mpi/1/rank.[12]/stderr; exit 1; }
+  || { echo "hosted dist: the hosted dist_async row_sparse job failed"; tail -n 20 "$out"/mpi/1/rank.[12]/stderr; exit 1; }
 by_rank "$out"/pslite/worker.*.stdout > "$out/pure.txt"
 by_rank "$out"/mpi/1/rank.[12]/stdout > "$out/hosted.txt"
 [ "$(grep -c '^rank ' "$out/hosted.txt")" = 2 ] && cmp -s "$out/pure.txt" "$out/hosted.txt" \
