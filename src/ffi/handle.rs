@@ -7,6 +7,7 @@
 
 use crate::error::Result;
 use crate::ndarray::NDArray;
+use super::served::ServedStore;
 use crate::store::KVStore;
 use once_cell::sync::Lazy;
 use parking_lot::RwLock;
@@ -20,8 +21,8 @@ use std::sync::Arc;
 enum Object {
     NDArray(Option<NDArray>),
     KVStore(Arc<KVStore>),
-    /// A hosted-mode store (`hosted`), opaque here: the FFI floor does not know its type.
-    HostedKVStore(Arc<dyn std::any::Any + Send + Sync>),
+    /// A store serving another kind of array (hosted mode's, `super::served`).
+    ServedKVStore(Arc<dyn ServedStore>),
     Profile(crate::profiler::objects::Handle),
 }
 
@@ -29,7 +30,7 @@ impl Object {
     fn kind(&self) -> &'static str {
         match self {
             Object::NDArray(_) => "an NDArrayHandle",
-            Object::KVStore(_) | Object::HostedKVStore(_) => "a KVStoreHandle",
+            Object::KVStore(_) | Object::ServedKVStore(_) => "a KVStoreHandle",
             Object::Profile(_) => "a ProfileHandle",
         }
     }
@@ -186,10 +187,11 @@ pub(crate) fn fill_empty(handles: &[*mut c_void], arrays: &[NDArray]) {
     }
 }
 
-/// The store behind a KVStore handle.
-pub(crate) fn kvstore(handle: *mut c_void, arg: &str) -> Result<Arc<KVStore>> {
+/// The store behind a KVStore handle, with the arrays its calls take.
+pub(crate) fn served_kvstore(handle: *mut c_void, arg: &str) -> Result<Arc<dyn ServedStore>> {
     match lookup(handle, arg, "KVStoreHandle")? {
         Object::KVStore(store) => Ok(store),
+        Object::ServedKVStore(store) => Ok(store),
         other => crate::bail!("{arg} ({handle:p}) is {}, not a KVStoreHandle", other.kind()),
     }
 }
@@ -207,8 +209,9 @@ pub(crate) fn free_ndarray(handle: *mut c_void) -> Result<()> {
 /// Frees a KVStore handle.
 pub(crate) fn free_kvstore(handle: *mut c_void) -> Result<()> {
     let mut registry = REGISTRY.write();
-    let object = match lookup_in(&registry, handle, &|| "handle".to_string(), "KVStoreHandle")? {
+    let object: Arc<dyn ServedStore> = match lookup_in(&registry, handle, &|| "handle".to_string(), "KVStoreHandle")? {
         Object::KVStore(store) => store,
+        Object::ServedKVStore(store) => store,
         other => crate::bail!("handle ({handle:p}) is {}, not a KVStoreHandle", other.kind()),
     };
     registry.remove(handle);
@@ -218,29 +221,10 @@ pub(crate) fn free_kvstore(handle: *mut c_void) -> Result<()> {
     Ok(())
 }
 
-/// A new KVStore handle for a hosted-mode store: checked (unknown, freed and wrong-kind handles
-/// refused) as native ones are.
-pub(crate) fn new_hosted_kvstore(store: Arc<dyn std::any::Any + Send + Sync>) -> *mut c_void {
-    REGISTRY.write().insert(Object::HostedKVStore(store))
-}
-
-/// The hosted-mode store behind a KVStore handle.
-pub(crate) fn hosted_kvstore(handle: *mut c_void, arg: &str) -> Result<Arc<dyn std::any::Any + Send + Sync>> {
-    match lookup(handle, arg, "KVStoreHandle")? {
-        Object::HostedKVStore(store) => Ok(store),
-        other => crate::bail!("{arg} ({handle:p}) is {}, not a hosted-mode KVStoreHandle", other.kind()),
-    }
-}
-
-/// Frees a hosted-mode store's handle; returns the store for its owner to release.
-pub(crate) fn free_hosted_kvstore(handle: *mut c_void) -> Result<Arc<dyn std::any::Any + Send + Sync>> {
-    let mut registry = REGISTRY.write();
-    let object = match lookup_in(&registry, handle, &|| "handle".to_string(), "KVStoreHandle")? {
-        Object::HostedKVStore(store) => store,
-        other => crate::bail!("handle ({handle:p}) is {}, not a hosted-mode KVStoreHandle", other.kind()),
-    };
-    registry.remove(handle);
-    Ok(object)
+/// A new KVStore handle for a store serving another kind of array: checked (unknown, freed
+/// and wrong-kind handles refused) as native ones are.
+pub(crate) fn new_served_kvstore(store: Arc<dyn ServedStore>) -> *mut c_void {
+    REGISTRY.write().insert(Object::ServedKVStore(store))
 }
 
 /// A new ProfileHandle.

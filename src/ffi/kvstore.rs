@@ -8,12 +8,12 @@
 #![allow(non_snake_case)]
 
 use super::args::{self, Out};
-use super::handle;
+use super::served;
 use super::kvstore_calls::{self as calls, TwoLists};
 use super::runtime;
 use super::types::*;
 use super::updater;
-use crate::store::{KVStore, Keys, Updaters};
+use crate::store::Keys;
 use std::os::raw::{c_char, c_int, c_void};
 
 /// Creates a store.
@@ -31,7 +31,7 @@ pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle
     ffi_boundary!({
         let name = args::string(r#type, "type")?;
         let out = Out::new(out, "out")?;
-        out.write(handle::new_kvstore(KVStore::new(name)?));
+        out.write(served::create(name)?);
         Ok(())
     })
 }
@@ -40,7 +40,7 @@ pub extern "C" fn MXKVStoreCreate(r#type: *const c_char, out: *mut KVStoreHandle
 ///
 /// Ownership: `handle` is invalid afterwards; pending operations finish first.
 pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
-    ffi_boundary!({ handle::free_kvstore(handle) })
+    ffi_boundary!({ super::handle::free_kvstore(handle) })
 }
 
 /// Sets gradient compression: `type` = `2bit` (MXNet 1.9) or `1bit` (MXNet 2.0), and a
@@ -57,6 +57,7 @@ pub extern "C" fn MXKVStoreSetGradientCompression(
 ) -> c_int {
     ffi_boundary!({
         let store = calls::store(handle)?;
+        let store = store.store();
         let keys = args::strings(keys, args::len(num_params), "keys")?;
         let vals = args::strings(vals, args::len(num_params), "vals")?;
         let params: Vec<(String, String)> = keys.iter().zip(vals).map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -274,7 +275,10 @@ pub extern "C" fn MXKVStorePushPullEx(
 /// the store by writing `local` in place. `updater_handle` is passed back untouched.
 pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: MXKVStoreUpdater, updater_handle: *mut c_void) -> c_int {
     ffi_boundary!({
-        calls::store(handle)?.set_int_updater(updater::int_updater(updater, updater_handle));
+        let store = calls::store(handle)?;
+        if let Some(updaters) = store.updaters(updater, None, updater_handle)? {
+            store.store().set_int_updater(updaters.int);
+        }
         Ok(())
     })
 }
@@ -290,10 +294,10 @@ pub extern "C" fn MXKVStoreSetUpdaterEx(
     updater_handle: *mut c_void,
 ) -> c_int {
     ffi_boundary!({
-        calls::store(handle)?.set_updaters(Updaters {
-            int: updater::int_updater(updater, updater_handle),
-            string: updater::str_updater(str_updater, updater_handle),
-        });
+        let store = calls::store(handle)?;
+        if let Some(updaters) = store.updaters(updater, str_updater, updater_handle)? {
+            store.store().set_updaters(updaters);
+        }
         Ok(())
     })
 }
@@ -304,7 +308,7 @@ pub extern "C" fn MXKVStoreSetUpdaterEx(
 pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_char) -> c_int {
     ffi_boundary!({
         let out = Out::new(r#type, "type")?;
-        out.write(calls::store(handle)?.type_name().as_ptr());
+        out.write(calls::store(handle)?.store().type_name().as_ptr());
         Ok(())
     })
 }
@@ -316,7 +320,7 @@ pub extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, r#type: *mut *const c_
 pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(ret, "ret")?;
-        out.write(calls::store(handle)?.rank());
+        out.write(calls::store(handle)?.store().rank());
         Ok(())
     })
 }
@@ -327,7 +331,7 @@ pub extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_
 pub extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(ret, "ret")?;
-        out.write(calls::store(handle)?.group_size());
+        out.write(calls::store(handle)?.store().group_size());
         Ok(())
     })
 }
@@ -358,7 +362,7 @@ pub extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
 ///
 /// Ownership: none.
 pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
-    ffi_boundary!({ calls::store(handle)?.barrier() })
+    ffi_boundary!({ calls::store(handle)?.store().barrier() })
 }
 
 /// Whether freeing a distributed store waits at a barrier first; recorded, no effect locally.
@@ -366,7 +370,7 @@ pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
 /// Ownership: none.
 pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_before_exit: c_int) -> c_int {
     ffi_boundary!({
-        calls::store(handle)?.set_barrier_before_exit(barrier_before_exit != 0);
+        calls::store(handle)?.store().set_barrier_before_exit(barrier_before_exit != 0);
         Ok(())
     })
 }
@@ -383,7 +387,7 @@ pub extern "C" fn MXKVStoreRunServer(
 ) -> c_int {
     ffi_boundary!({
         let store = calls::store(handle)?;
-        store.run_server(updater::controller(controller, controller_handle))
+        store.store().run_server(updater::controller(controller, controller_handle))
     })
 }
 
@@ -396,7 +400,7 @@ pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: 
     ffi_boundary!({
         let store = calls::store(handle)?;
         let body = args::string(cmd_body, "cmd_body")?;
-        store.send_command(cmd_id, body.as_bytes())
+        store.store().send_command(cmd_id, body.as_bytes())
     })
 }
 
@@ -407,7 +411,7 @@ pub extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: 
 pub extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int, number: *mut c_int, timeout_sec: c_int) -> c_int {
     ffi_boundary!({
         let out = Out::new(number, "number")?;
-        out.write(calls::store(handle)?.num_dead_nodes(node_id, timeout_sec)?);
+        out.write(calls::store(handle)?.store().num_dead_nodes(node_id, timeout_sec)?);
         Ok(())
     })
 }

@@ -1,23 +1,23 @@
-//! What the int-key and string-key variants of each KVStore export share: turning handle
-//! arrays into arrays and calling the store.
+//! What the int-key and string-key variants of each KVStore export share: reading the key
+//! and handle arrays and calling the store behind the handle (`super::served`).
 
 use super::args;
 use super::handle;
+use super::served::ServedStore;
 use super::types::{KVStoreHandle, NDArrayHandle};
 use crate::error::Result;
-use crate::ndarray::NDArray;
-use crate::store::{KVStore, Keys};
+use crate::store::Keys;
 use std::os::raw::{c_char, c_int};
 use std::sync::Arc;
 
-/// The arrays behind `n` handles at `p`.
-pub(crate) fn arrays(p: *const NDArrayHandle, n: usize, arg: &str) -> Result<Vec<NDArray>> {
-    handle::ndarrays(args::slice(p, n, arg)?, arg)
+/// `n` array handles at `p`, whatever kind the store takes.
+fn handles<'a>(p: *const NDArrayHandle, n: usize, arg: &str) -> Result<&'a [NDArrayHandle]> {
+    args::slice(p, n, arg)
 }
 
-/// The store behind `h`.
-pub(crate) fn store(h: KVStoreHandle) -> Result<Arc<KVStore>> {
-    handle::kvstore(h, "handle")
+/// The store behind `h`, with the arrays it takes.
+pub(crate) fn store(h: KVStoreHandle) -> Result<Arc<dyn ServedStore>> {
+    handle::served_kvstore(h, "handle")
 }
 
 /// Int keys.
@@ -33,21 +33,21 @@ pub(crate) fn str_keys<'a>(keys: *const *const c_char, n: u32, arg: &str) -> Res
 /// `Init` for either key family.
 pub(crate) fn init(h: KVStoreHandle, keys: Keys, vals: *const NDArrayHandle) -> Result<()> {
     let store = store(h)?;
-    let vals = arrays(vals, keys.len(), "vals")?;
-    store.init(keys, &vals)
+    let vals = handles(vals, keys.len(), "vals")?;
+    store.init(keys, vals)
 }
 
 /// `Push` for either key family.
 pub(crate) fn push(h: KVStoreHandle, keys: Keys, vals: *const NDArrayHandle, priority: c_int) -> Result<()> {
     let store = store(h)?;
-    let vals = arrays(vals, keys.len(), "vals")?;
+    let vals = handles(vals, keys.len(), "vals")?;
     store.push(keys, vals, priority)
 }
 
 /// `Pull` for either key family.
 pub(crate) fn pull(h: KVStoreHandle, keys: Keys, outs: *const NDArrayHandle, priority: c_int, ignore_sparse: bool) -> Result<()> {
     let store = store(h)?;
-    let outs = arrays(outs, keys.len(), "vals")?;
+    let outs = handles(outs, keys.len(), "vals")?;
     store.pull(keys, outs, priority, ignore_sparse)
 }
 
@@ -60,9 +60,9 @@ pub(crate) fn pull_row_sparse(
     priority: c_int,
 ) -> Result<()> {
     let store = store(h)?;
-    let outs = arrays(outs, keys.len(), "vals")?;
-    let row_ids = arrays(row_ids, keys.len(), "row_ids")?;
-    store.pull_row_sparse(keys, &outs, &row_ids, priority)
+    let outs = handles(outs, keys.len(), "vals")?;
+    let row_ids = handles(row_ids, keys.len(), "row_ids")?;
+    store.pull_row_sparse(keys, outs, row_ids, priority)
 }
 
 /// Which of push-pull or broadcast a two-list call is.
@@ -81,10 +81,10 @@ pub(crate) fn two_lists(
     priority: c_int,
 ) -> Result<()> {
     let store = store(h)?;
-    let vals = arrays(vals, vkeys.len(), "vals")?;
-    let outs = arrays(outs, okeys.len(), "outs")?;
+    let vals = handles(vals, vkeys.len(), "vals")?;
+    let outs = handles(outs, okeys.len(), "outs")?;
     match op {
-        TwoLists::PushPull => store.push_pull(vkeys, vals, okeys, outs, priority),
-        TwoLists::Broadcast => store.broadcast(vkeys, &vals, okeys, outs, priority),
+        TwoLists::PushPull => store.push_pull((vkeys, okeys), vals, outs, priority),
+        TwoLists::Broadcast => store.broadcast((vkeys, okeys), vals, outs, priority),
     }
 }

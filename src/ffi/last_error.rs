@@ -29,9 +29,20 @@ pub(crate) fn set(name: &str, message: &str) {
     set_raw(&format!("MXNetError: {name}: {message}"));
 }
 
+static MIRROR: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Makes every later error also go to `mirror` (hosted mode: the host's last error, which the
+/// forwarded `MXGetLastError` reads).
+pub(crate) fn mirror_to(mirror: fn(&str)) {
+    let _ = MIRROR.set(mirror);
+}
+
 /// Records `text` verbatim as the last error (`NNAPISetLastError`). Never panics.
 #[cold]
 pub(crate) fn set_raw(text: &str) {
+    if let Some(mirror) = MIRROR.get() {
+        mirror(text);
+    }
     let mut bytes: Vec<u8> = text.bytes().map(|b| if b == 0 { b' ' } else { b }).collect();
     if bytes.len() >= CAPACITY {
         let mut cut = CAPACITY - 4;

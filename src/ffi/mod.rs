@@ -21,12 +21,18 @@ mod ops;
 mod quiet_panics;
 mod profiler;
 mod runtime;
+pub(crate) mod served;
 mod stubs;
 mod thread_buffers;
 mod types;
 pub(crate) mod updater;
 
 pub use types::*;
+
+/// Makes every later error of an export also go to `mirror` (hosted mode: the host's).
+pub(crate) fn mirror_last_error(mirror: fn(&str)) {
+    last_error::mirror_to(mirror);
+}
 
 /// Records `message` as the calling thread's last error of call `name` (`MXGetLastError`).
 pub(crate) fn record_error(name: &str, message: &str) {

@@ -51,6 +51,12 @@ extern "C" fn load_host_from_environment() {
     match outcome {
         Ok(Ok(host)) => {
             let host = HOST.get_or_init(|| host);
+            crate::ffi::served::serve_with(store::HostedStore::create);
+            crate::ffi::mirror_last_error(|text| {
+                if let Some(host) = HOST.get() {
+                    host.set_last_error(text);
+                }
+            });
             routing::route_to_host(host);
         }
         Ok(Err(e)) => routing::refuse(e.message()),

@@ -6,26 +6,22 @@ use std::os::raw::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-/// Names that stay libkvstore's own in hosted mode: process-level calls that need no host
-/// array or store handle.
-const KEPT_NATIVE: [&str; 4] = [
-    "MXInitPSEnv",
-    "MXKVStoreIsWorkerNode",
-    "MXKVStoreIsServerNode",
-    "MXKVStoreIsSchedulerNode",
-];
+/// Names that stay libkvstore's own in hosted mode besides the store's calls: process-level
+/// calls that need no host array.
+const KEPT_NATIVE: [&str; 1] = ["MXInitPSEnv"];
 
-/// The store's calls go to the hosted store; every other name to the host's function.
-/// A name the host does not export keeps libkvstore's implementation or stub.
+/// The store's calls (`MXKVStore*`) stay libkvstore's own exports, which serve the hosted
+/// store (see `crate::ffi::served`); `MXNotifyShutdown` goes to hosted mode's; every other
+/// name to the host's function. A name the host does not export keeps libkvstore's
+/// implementation or stub.
 pub(super) fn route_to_host(host: &Host) {
     for (slot, name) in SLOTS.iter().zip(NAMES) {
-        if KEPT_NATIVE.contains(&name) {
+        if KEPT_NATIVE.contains(&name) || name.starts_with("MXKVStore") {
             continue;
         }
-        let target = if name.starts_with("MXKVStore") || name == "MXNotifyShutdown" {
-            super::ffi::target(name)
-        } else {
-            host.address(name)
+        let target = match super::ffi::target(name) {
+            Some(own) => Some(own),
+            None => host.address(name),
         };
         if let Some(target) = target {
             slot.store(target, Ordering::Release);

@@ -21,7 +21,8 @@ use super::sparse;
 use crate::engine::engine;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::store::dist::Role;
-use crate::store::{IntUpdater, KVStore, Updaters};
+use crate::ffi::served::ServedStore;
+use crate::store::{IntUpdater, KVStore, Keys, Updaters};
 use crate::{Context, DType, NDArray, Result};
 use parking_lot::{Mutex, ReentrantMutex};
 use std::collections::HashMap;
@@ -81,7 +82,12 @@ fn crossable(key: &Key, d: &Described, what: &str) -> Result<()> {
 }
 
 impl HostedStore {
-    pub fn new(name: &str) -> Result<HostedStore> {
+    /// A store for `MXKVStoreCreate` (`crate::ffi::served::serve_with`).
+    pub fn create(name: &str) -> Result<Arc<dyn ServedStore>> {
+        Ok(Arc::new(HostedStore::new(name)?))
+    }
+
+    fn new(name: &str) -> Result<HostedStore> {
         let lower = name.to_ascii_lowercase();
         crate::ensure!(
             !lower.contains("nccl") && !lower.contains("horovod") && !lower.contains("byteps"),
@@ -96,15 +102,6 @@ impl HostedStore {
             calls: ReentrantMutex::new(()),
             staging: Mutex::new(HashMap::new()),
         })
-    }
-
-    pub fn type_name(&self) -> &CStr {
-        self.native.type_name()
-    }
-
-    /// The store itself, for the calls that take no arrays.
-    pub fn native(&self) -> &KVStore {
-        &self.native
     }
 
     /// The staging array of `slot` for an array described by `d` (a new one where the last
@@ -203,7 +200,7 @@ impl HostedStore {
         Ok(())
     }
 
-    pub fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
+    fn init(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle]) -> Result<()> {
         let _call = self.calls.lock();
         let natives = self.cross_init(host, &keys, values)?;
         with_native_keys(&keys, |ks| self.native.init(ks, &natives))
@@ -229,7 +226,7 @@ impl HostedStore {
         Ok(natives)
     }
 
-    pub fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
+    fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = self.cross_values(host, &keys, values)?;
         self.fill(host, &crossed, priority)?;
@@ -237,7 +234,7 @@ impl HostedStore {
         with_native_keys(&crossed.keys, |ks| self.native.push(ks, std::mem::take(&mut crossed.natives), priority))
     }
 
-    pub fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
+    fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
         self.cross_outputs(host, &keys, outs, &mut crossed)?;
@@ -250,7 +247,7 @@ impl HostedStore {
     }
 
     /// `PushPull`: one call of the store (it checks the push and the pull before either runs).
-    pub fn push_pull(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
+    fn push_pull(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let mut pushed = self.cross_values(host, &vkeys, values)?;
         let mut pulled = Crossed::default();
@@ -267,7 +264,7 @@ impl HostedStore {
     }
 
     /// `Broadcast`: one call of the store (init, then pull).
-    pub fn broadcast(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
+    fn broadcast(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let natives = self.cross_init(host, &vkeys, values)?;
         let mut pulled = Crossed::default();
@@ -282,7 +279,7 @@ impl HostedStore {
     /// `PullRowSparse`: the row ids are read now (their writers waited for: MXNet reads them in
     /// an engine op, but no non-blocking C API gives them to us); the outputs are filled once
     /// the store's pull is done.
-    pub fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
+    fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
         self.cross_outputs(host, &keys, outs, &mut crossed)?;
@@ -294,26 +291,6 @@ impl HostedStore {
         }
         with_native_keys(&keys, |ks| self.native.pull_row_sparse(ks, &crossed.natives, &ids, priority))?;
         self.empty(host, &crossed, priority)
-    }
-
-    pub fn set_gradient_compression(&self, params: &[(String, String)]) -> Result<()> {
-        self.native.set_gradient_compression(params)
-    }
-
-    /// `MXKVStoreSetUpdater`: replaces the int updater only.
-    pub fn set_int_updater(&self, int: MXKVStoreUpdater, user: *mut c_void) -> Result<()> {
-        if let Some(u) = self.updaters(int, None, user)? {
-            self.native.set_int_updater(u.int);
-        }
-        Ok(())
-    }
-
-    /// `MXKVStoreSetUpdaterEx`: replaces both updaters.
-    pub fn set_updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) -> Result<()> {
-        if let Some(u) = self.updaters(int, string, user)? {
-            self.native.set_updaters(u);
-        }
-        Ok(())
     }
 
     /// The store's updaters calling the frontend's: in a turn on a worker's store; on a server
@@ -355,10 +332,14 @@ impl HostedStore {
         Ok(Some(Updaters { int, string }))
     }
 
-    /// Waits until neither engine uses the staging arrays, then drops them and the store
-    /// (whose drop runs a dist store's exit protocol).
-    pub fn free(self, host: &Host) {
-        let staging = self.staging.into_inner();
+}
+
+impl Drop for HostedStore {
+    /// Waits until neither engine uses the staging arrays and drops them; the store goes
+    /// after (its drop runs a dist store's exit protocol).
+    fn drop(&mut self) {
+        let Some(host) = super::host() else { return };
+        let staging = std::mem::take(self.staging.get_mut());
         for s in staging.values() {
             if !super::shut_down() {
                 let _ = host.wait_to_write(s.host.handle);
@@ -368,7 +349,52 @@ impl HostedStore {
         for (_, s) in staging {
             s.host.free(host);
         }
-        drop(self.native);
+    }
+}
+
+/// The host's arrays for the FFI floor's exports (`crate::ffi::served`).
+impl ServedStore for HostedStore {
+    fn store(&self) -> &KVStore {
+        &self.native
+    }
+
+    fn init(&self, keys: Keys, values: &[NDArrayHandle]) -> Result<()> {
+        HostedStore::init(self, host()?, keys_of(keys), values)
+    }
+
+    fn push(&self, keys: Keys, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
+        HostedStore::push(self, host()?, keys_of(keys), values, priority)
+    }
+
+    fn pull(&self, keys: Keys, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
+        HostedStore::pull(self, host()?, keys_of(keys), outs, priority, ignore_sparse)
+    }
+
+    fn pull_row_sparse(&self, keys: Keys, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
+        HostedStore::pull_row_sparse(self, host()?, keys_of(keys), outs, row_ids, priority)
+    }
+
+    fn push_pull(&self, (vkeys, okeys): (Keys, Keys), values: &[NDArrayHandle], outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
+        HostedStore::push_pull(self, host()?, keys_of(vkeys), values, keys_of(okeys), outs, priority)
+    }
+
+    fn broadcast(&self, (vkeys, okeys): (Keys, Keys), values: &[NDArrayHandle], outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
+        HostedStore::broadcast(self, host()?, keys_of(vkeys), values, keys_of(okeys), outs, priority)
+    }
+
+    fn updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) -> Result<Option<Updaters>> {
+        HostedStore::updaters(self, int, string, user)
+    }
+}
+
+fn host() -> Result<&'static Host> {
+    super::host().ok_or_else(|| crate::Error::new("hosted mode without a host library"))
+}
+
+fn keys_of(keys: Keys) -> Vec<Key> {
+    match keys {
+        Keys::Int(k) => k.iter().map(|&k| Key::Int(k)).collect(),
+        Keys::Str(k) => k.iter().map(|s| Key::Str(s.to_string())).collect(),
     }
 }
 
