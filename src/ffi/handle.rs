@@ -7,7 +7,7 @@
 
 use crate::error::Result;
 use crate::ndarray::NDArray;
-use super::served::ServedStore;
+use super::served_store::ServedStore;
 use crate::store::KVStore;
 use once_cell::sync::Lazy;
 use parking_lot::RwLock;
@@ -261,7 +261,7 @@ mod tests {
         let h = new_ndarray(Some(a));
         assert!(ndarray(h, "h").is_ok());
         let s = new_kvstore(KVStore::new("local").unwrap());
-        assert!(kvstore(h, "h").unwrap_err().message().contains("is an NDArrayHandle"));
+        assert!(served_kvstore(h, "h").err().unwrap().message().contains("is an NDArrayHandle"));
         assert!(ndarray(s, "s").unwrap_err().message().contains("is a KVStoreHandle"));
         free_ndarray(h).unwrap();
         assert!(ndarray(h, "h").unwrap_err().message().contains("already freed"));

@@ -22,6 +22,7 @@ mod quiet_panics;
 mod profiler;
 mod runtime;
 pub(crate) mod served;
+mod served_store;
 mod stubs;
 mod thread_buffers;
 mod types;

@@ -120,48 +120,28 @@ impl HostedStore {
         cache.get(&slot).ok_or_else(|| crate::Error::new("staging array missing (internal error)"))
     }
 
-    /// Crosses `values` over for a push: dense ones into staging arrays (their copies to make
-    /// in the turn), row_sparse ones by their parts, now.
-    fn cross_values(&self, host: &Host, keys: &[Key], values: &[NDArrayHandle]) -> Result<Crossed> {
-        let mut cache = self.staging.lock();
-        let mut crossed = Crossed::default();
-        let mut seen: HashMap<&Key, usize> = HashMap::new();
-        for (k, v) in keys.iter().zip(values) {
-            let d = describe(host, *v)?;
-            crossable(k, &d, "pushed value")?;
-            let nth = seen.entry(k).or_insert(0);
-            if d.stype == ROW_SPARSE {
-                crossed.natives.push(sparse::to_native(host, *v, &d)?);
-            } else {
-                let s = self.staging(&mut cache, host, Slot { key: k.clone(), nth: *nth, output: false }, &d)?;
-                crossed.natives.push(s.native.clone());
-                crossed.turn.push((s.native.clone(), s.host.handle));
-                crossed.copies.push((*v, s.host.handle));
-            }
-            *nth += 1;
-            crossed.keys.push(k.clone());
-        }
-        Ok(crossed)
-    }
-
-    /// Crosses `outs` over for a pull: dense ones get staging arrays (their copies out to make
-    /// in the turn after the store's pull), row_sparse ones native arrays of their own.
-    fn cross_outputs(&self, host: &Host, keys: &[Key], outs: &[NDArrayHandle], crossed: &mut Crossed) -> Result<()> {
+    /// Crosses a call's values (or, with `outputs`, its outputs) over: dense ones through
+    /// staging arrays (the copies into them, or out of them after the store's pull, to make in
+    /// a turn); row_sparse values by their parts, now; row_sparse outputs get native arrays of
+    /// their own, read back once the store is done.
+    fn cross(&self, host: &Host, keys: &[Key], arrays: &[NDArrayHandle], outputs: bool, crossed: &mut Crossed) -> Result<()> {
         let mut cache = self.staging.lock();
         let mut seen: HashMap<&Key, usize> = HashMap::new();
-        for (k, o) in keys.iter().zip(outs) {
-            let d = describe(host, *o)?;
-            crossable(k, &d, "output")?;
+        for (k, a) in keys.iter().zip(arrays) {
+            let d = describe(host, *a)?;
+            crossable(k, &d, if outputs { "output" } else { "pushed value" })?;
             let nth = seen.entry(k).or_insert(0);
-            if d.stype == ROW_SPARSE {
+            if d.stype == ROW_SPARSE && outputs {
                 let native = NDArray::empty_row_sparse(&dims(&d.shape), Context::cpu(0), d.dtype)?;
                 crossed.natives.push(native.clone());
-                crossed.sparse_outs.push((native, *o, d));
+                crossed.sparse_outs.push((native, *a, d));
+            } else if d.stype == ROW_SPARSE {
+                crossed.natives.push(sparse::to_native(host, *a, &d)?);
             } else {
-                let s = self.staging(&mut cache, host, Slot { key: k.clone(), nth: *nth, output: true }, &d)?;
+                let s = self.staging(&mut cache, host, Slot { key: k.clone(), nth: *nth, output: outputs }, &d)?;
                 crossed.natives.push(s.native.clone());
                 crossed.turn.push((s.native.clone(), s.host.handle));
-                crossed.copies.push((s.host.handle, *o));
+                crossed.copies.push(if outputs { (s.host.handle, *a) } else { (*a, s.host.handle) });
             }
             *nth += 1;
             crossed.keys.push(k.clone());
@@ -228,7 +208,8 @@ impl HostedStore {
 
     fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
-        let mut crossed = self.cross_values(host, &keys, values)?;
+        let mut crossed = Crossed::default();
+        self.cross(host, &keys, values, false, &mut crossed)?;
         self.fill(host, &crossed, priority)?;
         drop_last_sources_for_test(&mut crossed);
         with_native_keys(&crossed.keys, |ks| self.native.push(ks, std::mem::take(&mut crossed.natives), priority))
@@ -237,7 +218,7 @@ impl HostedStore {
     fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
-        self.cross_outputs(host, &keys, outs, &mut crossed)?;
+        self.cross(host, &keys, outs, true, &mut crossed)?;
         if ignore_sparse {
             // The store skips them: they keep what they hold.
             crossed.sparse_outs.clear();
@@ -249,9 +230,10 @@ impl HostedStore {
     /// `PushPull`: one call of the store (it checks the push and the pull before either runs).
     fn push_pull(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
-        let mut pushed = self.cross_values(host, &vkeys, values)?;
+        let mut pushed = Crossed::default();
+        self.cross(host, &vkeys, values, false, &mut pushed)?;
         let mut pulled = Crossed::default();
-        self.cross_outputs(host, &okeys, outs, &mut pulled)?;
+        self.cross(host, &okeys, outs, true, &mut pulled)?;
         // The store's push-pull skips row_sparse outputs, as its pull with ignore_sparse.
         pulled.sparse_outs.clear();
         self.fill(host, &pushed, priority)?;
@@ -268,7 +250,7 @@ impl HostedStore {
         let _call = self.calls.lock();
         let natives = self.cross_init(host, &vkeys, values)?;
         let mut pulled = Crossed::default();
-        self.cross_outputs(host, &okeys, outs, &mut pulled)?;
+        self.cross(host, &okeys, outs, true, &mut pulled)?;
         pulled.sparse_outs.clear();
         with_native_keys(&vkeys, |vks| {
             with_native_keys(&pulled.keys, |oks| self.native.broadcast(vks, &natives, oks, pulled.natives.clone(), priority))
@@ -282,7 +264,7 @@ impl HostedStore {
     fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
-        self.cross_outputs(host, &keys, outs, &mut crossed)?;
+        self.cross(host, &keys, outs, true, &mut crossed)?;
         let mut ids = Vec::with_capacity(row_ids.len());
         for (k, r) in keys.iter().zip(row_ids) {
             let d = describe(host, *r)?;
