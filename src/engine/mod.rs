@@ -97,6 +97,15 @@ impl Var {
     pub fn new() -> Var {
         Var::default()
     }
+
+    /// Whether every op that read or wrote it so far has finished.
+    fn is_idle(&self) -> bool {
+        let s = self.state.lock();
+        let done = |c: &Arc<Completion>| c.is_done();
+        s.last_write.as_ref().is_none_or(done)
+            && s.reads_since_write.first.as_ref().is_none_or(done)
+            && s.reads_since_write.more.iter().all(done)
+    }
 }
 
 /// What an op is told when it runs.
@@ -402,6 +411,12 @@ impl Engine {
     /// failure kept on it.
     pub fn wait_to_write(&'static self, var: &Var) -> Result<()> {
         self.run_sync(&[], &[var], || ())
+    }
+
+    /// Whether no op on `vars` is pending and none of them holds a failure: another engine may
+    /// then use their memory at once, as long as nothing new is queued on them meanwhile.
+    pub fn idle(&self, vars: &[&Var]) -> bool {
+        vars.iter().all(|v| v.is_idle()) && self.failure_on(vars).is_none()
     }
 
     /// The message of an unreported failure kept on any of `vars`, without waiting or clearing

@@ -6,7 +6,8 @@
 //! 1. a native op writing the arrays, queued after the native ops already on them, which says
 //!    "native is done" when it runs;
 //! 2. a host op writing them, which completes only once (1) has said so: the host ops queued
-//!    next (the turn's own) wait for every earlier native use;
+//!    next (the turn's own) wait for every earlier native use (where native has nothing
+//!    pending on the arrays, (1) and (2) are left out);
 //! 3. the turn's host ops (copies, an updater's optimizer ops);
 //! 4. a native op writing the arrays, which completes only once a host op reading them,
 //!    queued after (3), has run: later native ops wait for the turn's host ops.
@@ -130,24 +131,30 @@ pub(super) fn host_turn(
     let natives: Vec<NDArray> = arrays.iter().map(|(n, _)| n.clone()).collect();
     let handles: Vec<NDArrayHandle> = arrays.iter().map(|(_, h)| *h).collect();
 
-    // (1) and (2): the host's turn starts after native's.
-    let to_host = Meet::<HostDone>::new();
-    let failed_natives = natives.clone();
-    let native_done = Outcome {
-        meet: Arc::clone(&to_host),
-        why: move || {
-            let vars: Vec<_> = failed_natives.iter().map(|a| a.var()).collect();
-            engine().failure_on(&vars).unwrap_or_else(|| "libkvstore's op on the array did not run".into())
-        },
-        given: false,
-    };
+    // (1) and (2): the host's turn starts after native's; at once where nothing of native's
+    // is pending on the arrays (nothing else queues on them while the caller holds them).
     let vars: Vec<_> = natives.iter().map(|a| a.var()).collect();
-    engine().push_async(&[], &vars, priority, move |_, done| {
-        done.finish(Ok(()));
-        native_done.give();
-    });
-    let meet = Arc::clone(&to_host);
-    let queued_start = push_async(host, &[], &handles, priority, (name, Property::Normal), move |done| meet.waiting(done));
+    let queued_start = if engine().idle(&vars) {
+        Ok(())
+    } else {
+        let to_host = Meet::<HostDone>::new();
+        let failed_natives = natives.clone();
+        let native_done = Outcome {
+            meet: Arc::clone(&to_host),
+            why: move || {
+                let vars: Vec<_> = failed_natives.iter().map(|a| a.var()).collect();
+                engine().failure_on(&vars).unwrap_or_else(|| "libkvstore's op on the array did not run".into())
+            },
+            given: false,
+        };
+        // Tiny: it runs on this thread when nothing is pending, rather than waking a worker.
+        engine().push_batch(&[], &vars, priority, true, move |_| {
+            native_done.give();
+            Ok(())
+        });
+        let meet = Arc::clone(&to_host);
+        push_async(host, &[], &handles, priority, (name, Property::Normal), move |done| meet.waiting(done))
+    };
 
     let ran = queued_start.and_then(|()| host_ops());
 

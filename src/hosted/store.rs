@@ -65,6 +65,35 @@ pub(super) struct HostedStore {
     /// updater (called inside a push) may call the store again.
     calls: ReentrantMutex<()>,
     staging: Mutex<HashMap<Slot, Staging>>,
+    /// The host arrays updaters get, over the store's sums and stored values.
+    views: Arc<Views>,
+}
+
+/// Host arrays over the store's arrays that updaters get, kept across calls: making one is a
+/// host call, and the store hands every update of a key the same sum buffer and stored value.
+/// Each holds its native array, so the memory (the key here) is not reused while it is kept.
+#[derive(Default)]
+struct Views(Mutex<HashMap<(usize, usize, DType, Vec<usize>), HostArray>>);
+
+impl Views {
+    /// More than this many kept (arrays the store has since replaced), all are let go.
+    const MOST: usize = 4096;
+
+    fn over(&self, host: &Host, array: &NDArray) -> Result<NDArrayHandle> {
+        let key = (array.data_ptr() as usize, array.data_byte_len(), array.dtype(), array.shape().to_vec());
+        let mut views = self.0.lock();
+        if let Some(v) = views.get(&key) {
+            return Ok(v.handle);
+        }
+        if views.len() >= Self::MOST {
+            // Queued host ops hold their own references.
+            views.drain().for_each(|(_, v)| v.forget(host));
+        }
+        let view = HostArray::over_native(host, array)?;
+        let handle = view.handle;
+        views.insert(key, view);
+        Ok(handle)
+    }
 }
 
 fn dims(shape: &[i64]) -> Vec<usize> {
@@ -101,6 +130,7 @@ impl HostedStore {
             native,
             calls: ReentrantMutex::new(()),
             staging: Mutex::new(HashMap::new()),
+            views: Arc::default(),
         })
     }
 
@@ -127,9 +157,19 @@ impl HostedStore {
     fn cross(&self, host: &Host, keys: &[Key], arrays: &[NDArrayHandle], outputs: bool, crossed: &mut Crossed) -> Result<()> {
         let mut cache = self.staging.lock();
         let mut seen: HashMap<&Key, usize> = HashMap::new();
+        // A key's dense outputs of one shape and dtype share a staging array: the store pulls
+        // into it once (its checks of one are its checks of all) and the host copies it out
+        // to each.
+        let mut pulled: HashMap<(&Key, DType, Vec<i64>), NDArrayHandle> = HashMap::new();
         for (k, a) in keys.iter().zip(arrays) {
             let d = describe(host, *a)?;
             crossable(k, &d, if outputs { "output" } else { "pushed value" })?;
+            if outputs && d.stype != ROW_SPARSE {
+                if let Some(staging) = pulled.get(&(k, d.dtype, d.shape.clone())) {
+                    crossed.copies.push((*staging, *a));
+                    continue;
+                }
+            }
             let nth = seen.entry(k).or_insert(0);
             if d.stype == ROW_SPARSE && outputs {
                 let native = NDArray::empty_row_sparse(&dims(&d.shape), Context::cpu(0), d.dtype)?;
@@ -142,6 +182,9 @@ impl HostedStore {
                 crossed.natives.push(s.native.clone());
                 crossed.turn.push((s.native.clone(), s.host.handle));
                 crossed.copies.push(if outputs { (s.host.handle, *a) } else { (*a, s.host.handle) });
+                if outputs {
+                    pulled.insert((k, d.dtype, d.shape.clone()), s.host.handle);
+                }
             }
             *nth += 1;
             crossed.keys.push(k.clone());
@@ -286,7 +329,9 @@ impl HostedStore {
         if self.is_dist && !on_server {
             return Ok(None);
         }
+        let views = Arc::clone(&self.views);
         let int: Option<IntUpdater> = int.map(|f| {
+            let views = Arc::clone(&views);
             let call: IntUpdater = Arc::new(move |key: i32, recv: NDArray, local: NDArray| {
                 // SAFETY: the callback the frontend installed with this signature; it owns (and
                 // frees) the two new handles.
@@ -298,16 +343,17 @@ impl HostedStore {
                         crate::store::dist::abort_job(&format!("the hosted server's updater for key {key} failed in the host: {}", e.message()));
                     }
                 } else {
-                    updater_in_turn(host, &recv, &local, update);
+                    updater_in_turn(host, &views, &recv, &local, update);
                 }
             });
             call
         });
         let string: Option<crate::store::StrUpdater> = string.map(|f| {
+            let views = Arc::clone(&views);
             let call: crate::store::StrUpdater = Arc::new(move |key: &CStr, recv: NDArray, local: NDArray| {
                 let key: *const c_char = key.as_ptr();
                 // SAFETY: as for the int updater; `key` lives through the call.
-                updater_in_turn(host, &recv, &local, |r, l| unsafe { f(key, r, l, user as *mut c_void) });
+                updater_in_turn(host, &views, &recv, &local, |r, l| unsafe { f(key, r, l, user as *mut c_void) });
             });
             call
         });
@@ -330,6 +376,9 @@ impl Drop for HostedStore {
         }
         for (_, s) in staging {
             s.host.free(host);
+        }
+        for (_, v) in std::mem::take(&mut *self.views.0.lock()) {
+            v.free(host);
         }
     }
 }
@@ -384,11 +433,11 @@ fn keys_of(keys: Keys) -> Vec<Key> {
 /// frontend's updater queuing its host ops on them in a turn. row_sparse arrays cross by their
 /// parts, waiting. A failure that leaves the stored value unknown is kept on it, for the next
 /// pull to report.
-fn updater_in_turn(host: &Host, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) {
+fn updater_in_turn(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) {
     let outcome = if recv.stype() != crate::StorageType::Default || local.stype() != crate::StorageType::Default {
         sparse::update_now(host, recv, local, update)
     } else {
-        dense_update(host, recv, local, update)
+        dense_update(host, views, recv, local, update)
     };
     if let Err(e) = outcome {
         let why = format!("the hosted updater failed: {}", e.message());
@@ -396,19 +445,13 @@ fn updater_in_turn(host: &Host, recv: &NDArray, local: &NDArray, update: impl Fn
     }
 }
 
-fn dense_update(host: &Host, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) -> Result<()> {
-    let recv_host = HostArray::over_native(host, recv)?;
-    let local_host = match HostArray::over_native(host, local) {
-        Ok(l) => l,
-        Err(e) => {
-            recv_host.forget(host);
-            return Err(e);
-        }
-    };
-    let turn = [(recv.clone(), recv_host.handle), (local.clone(), local_host.handle)];
-    let ran = host_turn(host, c"KVStoreUpdate", &turn, 0, || {
-        let r = host.shallow_copy(recv_host.handle)?;
-        let l = match host.shallow_copy(local_host.handle) {
+fn dense_update(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) -> Result<()> {
+    let recv_host = views.over(host, recv)?;
+    let local_host = views.over(host, local)?;
+    let turn = [(recv.clone(), recv_host), (local.clone(), local_host)];
+    host_turn(host, c"KVStoreUpdate", &turn, 0, || {
+        let r = host.shallow_copy(recv_host)?;
+        let l = match host.shallow_copy(local_host) {
             Ok(l) => l,
             Err(e) => {
                 host.release(r);
@@ -417,11 +460,7 @@ fn dense_update(host: &Host, recv: &NDArray, local: &NDArray, update: impl FnOnc
         };
         update(r, l);
         Ok(())
-    });
-    // The ops queued on them hold their own references.
-    recv_host.forget(host);
-    local_host.forget(host);
-    ran
+    })
 }
 
 /// The test-only negative control (`KVSTORE_HOSTED_TEST_DROP_SOURCE=1`): a key pushed several
