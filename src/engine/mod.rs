@@ -672,6 +672,26 @@ mod tests {
     }
 
     #[test]
+    fn idle_and_failure_on_see_pending_ops_and_failures_without_waiting_or_clearing() {
+        let e = Engine::start();
+        let (a, b) = (Var::new(), Var::new());
+        assert!(e.idle(&[&a, &b]), "new variables are idle");
+        let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
+        e.push_async(&[&b], &[&a], 0, move |_, done| tx.send(done).unwrap());
+        let done = rx.recv().unwrap();
+        assert!(!e.idle(&[&a]), "a pending writer");
+        assert!(!e.idle(&[&b]), "a pending reader");
+        done.finish(Err(Error::new("lost the device")));
+        assert!(!e.idle(&[&a]), "a failure on it");
+        assert!(e.idle(&[&b]), "the reader finished; a failure goes to what an op writes");
+        assert_eq!(e.failure_on(&[&b, &a]).as_deref(), Some("lost the device"));
+        assert_eq!(e.failure_on(&[&a]).as_deref(), Some("lost the device"), "peeking does not clear it");
+        assert_eq!(e.wait_to_read(&a).unwrap_err().message(), "lost the device");
+        assert_eq!(e.failure_on(&[&a]), None, "a wait reports and clears it");
+        assert!(e.idle(&[&a, &b]));
+    }
+
+    #[test]
     fn an_async_op_completes_when_its_work_finishes_on_another_thread() {
         let e = Engine::start();
         let (a, b) = (Var::new(), Var::new());
