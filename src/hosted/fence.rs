@@ -115,8 +115,8 @@ impl<D: Completion, F: Fn() -> String + Send + 'static> Drop for Outcome<D, F> {
 }
 
 /// Hands `arrays` (each a native array and a host handle over the same memory) to the host
-/// for `host_ops`, then back: see the module's text. `name` names the host op that starts
-/// the turn, as MXNet's profiler shows it. Returns once everything is queued; an error of
+/// for `host_ops`, then back: see the module's text. `name` names the host op that ends
+/// the turn (the one every turn has), as MXNet's profiler shows it. Returns once everything is queued; an error of
 /// `host_ops` is returned after the arrays are handed back.
 pub(super) fn host_turn(
     host: &Host,
@@ -153,7 +153,7 @@ pub(super) fn host_turn(
             Ok(())
         });
         let meet = Arc::clone(&to_host);
-        push_async(host, &[], &handles, priority, (name, Property::Normal), move |done| meet.waiting(done))
+        push_async(host, &[], &handles, priority, (c"KVStoreHandOver", Property::Normal), move |done| meet.waiting(done))
     };
 
     let ran = queued_start.and_then(|()| host_ops());
@@ -171,7 +171,7 @@ pub(super) fn host_turn(
     // the native op here.
     let host_done = Arc::new(Mutex::new(Some(host_done)));
     let in_op = Arc::clone(&host_done);
-    let queued_end = push_async(host, &handles, &[], priority, (c"KVStoreHandBack", Property::Normal), move |done| {
+    let queued_end = push_async(host, &handles, &[], priority, (name, Property::Normal), move |done| {
         done.finish();
         if let Some(o) = in_op.lock().take() {
             o.give();
