@@ -67,7 +67,8 @@ impl Drop for Owned<'_> {
     }
 }
 
-fn dims(shape: &[i64]) -> Vec<usize> {
+/// A host shape as a native one (negative dimensions, which hosts never report, as 0).
+pub(super) fn dims(shape: &[i64]) -> Vec<usize> {
     shape.iter().map(|&d| usize::try_from(d).unwrap_or(0)).collect()
 }
 

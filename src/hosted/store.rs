@@ -17,7 +17,7 @@ use super::dlpack::HostArray;
 use super::fence::host_turn;
 use super::host::{describe, Described, Host, DENSE, ROW_SPARSE};
 use super::key::{drop_source_for_test, sum_failure_for_test, with_native_keys, Key};
-use super::sparse;
+use super::sparse::{self, dims};
 use crate::engine::engine;
 use crate::ffi::{MXKVStoreStrUpdater, MXKVStoreUpdater, NDArrayHandle};
 use crate::store::dist::Role;
@@ -96,9 +96,6 @@ impl Views {
     }
 }
 
-fn dims(shape: &[i64]) -> Vec<usize> {
-    shape.iter().map(|&d| usize::try_from(d).unwrap_or(0)).collect()
-}
 
 /// The arrays hosted mode carries across: dense and row_sparse ones.
 fn crossable(key: &Key, d: &Described, what: &str) -> Result<()> {
@@ -194,12 +191,7 @@ impl HostedStore {
 
     /// Fills the staging arrays of a push (the host's copies, in a turn).
     fn fill(&self, host: &Host, crossed: &Crossed, priority: c_int) -> Result<()> {
-        host_turn(host, c"KVStorePush", &crossed.turn, priority, || {
-            for (value, staging) in &crossed.copies {
-                host.copy(*value, *staging)?;
-            }
-            Ok(())
-        })?;
+        copies_in_turn(host, c"KVStorePush", crossed, priority)?;
         if let Some(fail) = sum_failure_for_test() {
             // The test control fails the store's work on these values, as a failing sum would.
             let vars: Vec<_> = crossed.turn.iter().map(|(n, _)| n.var()).collect();
@@ -211,12 +203,7 @@ impl HostedStore {
     /// Empties the staging arrays of a pull into the outputs (the host's copies, in a turn
     /// after the store's pull), and fills the row_sparse outputs (waiting for the pull).
     fn empty(&self, host: &Host, crossed: &Crossed, priority: c_int) -> Result<()> {
-        host_turn(host, c"KVStorePull", &crossed.turn, priority, || {
-            for (staging, out) in &crossed.copies {
-                host.copy(*staging, *out)?;
-            }
-            Ok(())
-        })?;
+        copies_in_turn(host, c"KVStorePull", crossed, priority)?;
         for (native, out, d) in &crossed.sparse_outs {
             sparse::from_native(host, native, *out, d)?;
         }
@@ -266,7 +253,7 @@ impl HostedStore {
             // The store skips them: they keep what they hold.
             crossed.sparse_outs.clear();
         }
-        with_native_keys(&crossed.keys, |ks| self.native.pull(ks, crossed.natives.clone(), priority, ignore_sparse))?;
+        with_native_keys(&crossed.keys, |ks| self.native.pull(ks, std::mem::take(&mut crossed.natives), priority, ignore_sparse))?;
         self.empty(host, &crossed, priority)
     }
 
@@ -283,7 +270,7 @@ impl HostedStore {
         drop_last_sources_for_test(&mut pushed);
         let natives = std::mem::take(&mut pushed.natives);
         with_native_keys(&pushed.keys, |vks| {
-            with_native_keys(&pulled.keys, |oks| self.native.push_pull(vks, natives, oks, pulled.natives.clone(), priority))
+            with_native_keys(&pulled.keys, |oks| self.native.push_pull(vks, natives, oks, std::mem::take(&mut pulled.natives), priority))
         })?;
         self.empty(host, &pulled, priority)
     }
@@ -296,7 +283,7 @@ impl HostedStore {
         self.cross(host, &okeys, outs, true, &mut pulled)?;
         pulled.sparse_outs.clear();
         with_native_keys(&vkeys, |vks| {
-            with_native_keys(&pulled.keys, |oks| self.native.broadcast(vks, &natives, oks, pulled.natives.clone(), priority))
+            with_native_keys(&pulled.keys, |oks| self.native.broadcast(vks, &natives, oks, std::mem::take(&mut pulled.natives), priority))
         })?;
         self.empty(host, &pulled, priority)
     }
@@ -427,6 +414,16 @@ fn keys_of(keys: Keys) -> Vec<Key> {
         Keys::Int(k) => k.iter().map(|&k| Key::Int(k)).collect(),
         Keys::Str(k) => k.iter().map(|s| Key::Str(s.to_string())).collect(),
     }
+}
+
+/// A call's host copies (into its staging arrays, or out of them), in a turn named `name`.
+fn copies_in_turn(host: &Host, name: &'static CStr, crossed: &Crossed, priority: c_int) -> Result<()> {
+    host_turn(host, name, &crossed.turn, priority, || {
+        for (from, to) in &crossed.copies {
+            host.copy(*from, *to)?;
+        }
+        Ok(())
+    })
 }
 
 /// One updater call on a worker's store: host arrays over the sum and the stored value, the
