@@ -7,10 +7,14 @@
 //! the failure is kept on the variables it writes and reported at the next wait (see
 //! [`poison`]). An op may also finish later, on another thread or a device: it is handed an
 //! [`OpDone`] and completes when that is finished (see [`Engine::push_async`]).
+//!
+//! In hosted mode a host's engine orders and runs the ops instead of the workers (see
+//! [`scheduler`]); the engine's completions, waits and failure reports stay the same.
 
 mod completion;
 mod poison;
 mod queue;
+mod scheduler;
 
 use crate::error::{Error, Result};
 use completion::Completion;
@@ -21,17 +25,21 @@ use queue::ReadyQueue;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+pub use scheduler::{HostCompletion, HostStart, Scheduler};
+
 /// The unit of dependency tracking: one per storage chunk.
 pub struct Var {
     /// Names the variable in the poison table (never reused).
     id: u64,
     state: Mutex<VarState>,
+    /// Its token in the host's engine (0: none yet; see [`scheduler`]).
+    token: AtomicUsize,
 }
 
 impl Default for Var {
     fn default() -> Var {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Var { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), state: Mutex::default() }
+        Var { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), state: Mutex::default(), token: AtomicUsize::new(0) }
     }
 }
 
@@ -40,6 +48,10 @@ impl Drop for Var {
         // A failure nobody waited for goes with its variable (`WaitAll` still reports it).
         if let Some(engine) = Lazy::get(&ENGINE) {
             engine.poison.forget(self.id);
+        }
+        let token = *self.token.get_mut();
+        if let (true, Some(host)) = (token != 0, SCHEDULER.get()) {
+            host.release_token(token);
         }
     }
 }
@@ -96,6 +108,27 @@ impl Var {
     /// A variable with no pending operation.
     pub fn new() -> Var {
         Var::default()
+    }
+
+    /// Its token in `host`'s engine, made on first use.
+    fn token(&self, host: &dyn Scheduler) -> Result<usize> {
+        let token = self.token.load(Ordering::Acquire);
+        if token != 0 {
+            return Ok(token);
+        }
+        let made = host.new_token()?;
+        match self.token.compare_exchange(0, made, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Ok(made),
+            Err(theirs) => {
+                host.release_token(made);
+                Ok(theirs)
+            }
+        }
+    }
+
+    /// Its token, if it has one.
+    fn existing_token(&self) -> Option<usize> {
+        Some(self.token.load(Ordering::Acquire)).filter(|&t| t != 0)
     }
 
     /// Whether every op that read or wrote it so far has finished.
@@ -171,6 +204,8 @@ pub(crate) struct Op {
     /// inherited one comes from.
     vars: Vec<u64>,
     writes: usize,
+    /// Where the op runs in the host's engine: completes the host's op.
+    host_completion: Mutex<Option<HostCompletion>>,
 }
 
 /// The engine: a scheduling lock, a ready queue and worker threads.
@@ -187,9 +222,21 @@ pub struct Engine {
     /// Ops executing right now.
     running: AtomicUsize,
     poison: Poison,
+    /// A host engine of this engine's own (tests); the process's engine uses [`run_ops_on`]'s.
+    host: Option<&'static dyn Scheduler>,
 }
 
 static ENGINE: Lazy<&'static Engine> = Lazy::new(Engine::start);
+
+/// The host engine that runs every op, in hosted mode (see [`scheduler`]).
+static SCHEDULER: once_cell::sync::OnceCell<&'static dyn Scheduler> = once_cell::sync::OnceCell::new();
+
+/// Makes `host` run every op from now on (hosted mode, set once as the host loads, before
+/// any op exists). `false` if a scheduler was set already.
+pub fn run_ops_on(host: &'static dyn Scheduler) -> bool {
+    SCHEDULER.set(host).is_ok()
+}
+
 
 fn worker_count() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -239,6 +286,16 @@ impl Engine {
     /// least two). The process has one ([`engine`]); tests start their own to keep failures
     /// apart.
     fn start() -> &'static Engine {
+        Engine::start_with(None)
+    }
+
+    /// A new engine whose ops `host` runs (tests of the host seam).
+    #[cfg(test)]
+    fn start_on(host: &'static dyn Scheduler) -> &'static Engine {
+        Engine::start_with(Some(host))
+    }
+
+    fn start_with(host: Option<&'static dyn Scheduler>) -> &'static Engine {
         let engine: &'static Engine = Box::leak(Box::new(Engine {
             schedule_lock: Mutex::new(()),
             ready: ReadyQueue::new(),
@@ -247,6 +304,7 @@ impl Engine {
             workers: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             poison: Poison::default(),
+            host,
         }));
         for i in 0..worker_count() {
             // A worker that cannot be spawned leaves fewer workers; with none at all, ops run
@@ -257,6 +315,11 @@ impl Engine {
             }
         }
         engine
+    }
+
+    /// The host engine running the ops now, if any.
+    fn host_scheduler(&self) -> Option<&'static dyn Scheduler> {
+        self.host.or_else(|| SCHEDULER.get().copied()).filter(|s| s.active())
     }
 
     /// Registers an op reading `reads` and writing `writes` (either may list a variable more
@@ -348,7 +411,13 @@ impl Engine {
             disjoint,
             vars,
             writes: writes.len(),
+            host_completion: Mutex::new(None),
         });
+        if let Some(host) = self.host_scheduler() {
+            // The host orders it; its completion still ends the native waits on its variables.
+            drop(deps);
+            return self.schedule_on_host(host, reads, writes, op);
+        }
         for dep in deps {
             op.remaining.fetch_add(1, Ordering::AcqRel);
             if !dep.add_waiter(&op) {
@@ -362,6 +431,28 @@ impl Engine {
             self.run(op);
         } else {
             self.release(op);
+        }
+    }
+
+    /// Queues `op` in the host's engine on its variables' tokens.
+    fn schedule_on_host(&'static self, host: &'static dyn Scheduler, reads: &[&Var], writes: &[&Var], op: Arc<Op>) {
+        let tokens = |vars: &[&Var]| vars.iter().map(|v| v.token(host)).collect::<Result<Vec<usize>>>();
+        let start = OnHost { engine: self, op: Some(Arc::clone(&op)) };
+        let pushed = tokens(reads).and_then(|r| {
+            let (r, w) = scheduler::distinct(&r, &tokens(writes)?);
+            host.push(&r, &w, op.priority, Box::new(move |complete| start.run(complete)))
+        });
+        if let Err(e) = pushed {
+            self.skip(op, Failure::new(e));
+        }
+    }
+
+    /// Fails `op` without running it, unless it has run.
+    fn skip(&'static self, op: Arc<Op>, failure: Arc<Failure>) {
+        let work = op.work.lock().take();
+        if work.is_some() {
+            drop(work);
+            self.finish(op, Some(failure));
         }
     }
 
@@ -385,6 +476,16 @@ impl Engine {
         for dep in deps {
             dep.wait();
         }
+        // In hosted mode the host's own ops on the tokens (a turn's) count too. The store's
+        // arrays are touched only by its calls, which it serialises, and its ops, so nothing
+        // is queued on them meanwhile.
+        let host_wait = match self.host_scheduler() {
+            Some(host) => {
+                let each = |vs: &[&Var], write: bool| vs.iter().filter_map(|v| v.existing_token()).try_for_each(|t| host.wait(t, write));
+                each(reads, false).and_then(|()| each(writes, true))
+            }
+            None => Ok(()),
+        };
         // Complete even if `work` panics, or every later op on these vars would hang.
         struct CompleteOnDrop(&'static Engine, Arc<Completion>);
         impl Drop for CompleteOnDrop {
@@ -398,6 +499,7 @@ impl Engine {
         if let Some(error) = self.poison.take(&vars) {
             return Err(error);
         }
+        host_wait?;
         Ok(work())
     }
 
@@ -411,6 +513,30 @@ impl Engine {
     /// failure kept on it.
     pub fn wait_to_write(&'static self, var: &Var) -> Result<()> {
         self.run_sync(&[], &[var], || ())
+    }
+
+    /// `var`'s token where a host engine runs the ops (hosted mode): a host op on it is ordered
+    /// with the engine's ops on `var`.
+    pub fn host_token(&self, var: &Var) -> Result<Option<usize>> {
+        self.host_scheduler().map(|host| var.token(host)).transpose()
+    }
+
+    /// Makes `token` (the caller's, now the variable's: released with it) `var`'s token where a
+    /// host engine runs the ops: for memory the host also uses through an array sharing the
+    /// token's dependency, so the host orders its own ops on it with the engine's directly.
+    /// `false` (and nothing taken) where `var` has a token already or no host engine runs ops.
+    pub fn bind_host_token(&self, var: &Var, token: usize) -> bool {
+        self.host_scheduler().is_some() && var.token.compare_exchange(0, token, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Releases `var`'s token now, so that what it holds (a host array over `var`'s own memory,
+    /// see [`Engine::bind_host_token`]) can go before `var` does. Ops already queued keep what
+    /// they need; a later op gets a new token.
+    pub fn release_host_token(&self, var: &Var) {
+        let token = var.token.swap(0, Ordering::AcqRel);
+        if let (true, Some(host)) = (token != 0, self.host.or_else(|| SCHEDULER.get().copied())) {
+            host.release_token(token);
+        }
     }
 
     /// Whether no op on `vars` is pending and none of them holds a failure: another engine may
@@ -479,6 +605,10 @@ impl Engine {
         if let Some(f) = &failure {
             self.poison.record(&op.vars[..op.writes], f);
         }
+        let host_completion = op.host_completion.lock().take();
+        if let Some(complete) = host_completion {
+            complete(failure.as_ref().and_then(|f| f.message()));
+        }
         for waiter in op.completion.complete() {
             self.release(waiter);
         }
@@ -486,6 +616,34 @@ impl Engine {
         *n -= 1;
         if *n == 0 {
             self.all_done.notify_all();
+        }
+    }
+}
+
+/// An op queued in the host's engine: run when the host starts it; dropped unstarted (the host
+/// skipped it after a failure on its tokens, or refused it), it fails with the failure kept on
+/// its variables.
+struct OnHost {
+    engine: &'static Engine,
+    op: Option<Arc<Op>>,
+}
+
+impl OnHost {
+    fn run(mut self, complete: HostCompletion) {
+        if let Some(op) = self.op.take() {
+            *op.host_completion.lock() = Some(complete);
+            self.engine.run(op);
+        }
+    }
+}
+
+impl Drop for OnHost {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            let failure = self.engine.poison.find(&op.vars).unwrap_or_else(|| {
+                Failure::new(Error::new("the host's engine skipped libkvstore's op after a failure on its arrays"))
+            });
+            self.engine.skip(op, failure);
         }
     }
 }
@@ -718,6 +876,96 @@ mod tests {
         assert_eq!(e.wait_to_read(&a).unwrap_err().message(), "device error");
         e.push_async(&[], &[&a], 0, |_, done| drop(done));
         assert!(e.wait_to_read(&a).unwrap_err().message().contains("ended without completing"));
+        e.wait_all().unwrap();
+    }
+
+    /// A host engine that keeps what is pushed for the test to start, or to skip.
+    #[derive(Default)]
+    struct RecordingHost {
+        tokens: AtomicUsize,
+        pushed: Mutex<Vec<(Vec<usize>, Vec<usize>, HostStart)>>,
+        completions: Arc<Mutex<Vec<Option<String>>>>,
+    }
+
+    impl Scheduler for RecordingHost {
+        fn active(&self) -> bool {
+            true
+        }
+        fn new_token(&self) -> Result<usize> {
+            Ok(self.tokens.fetch_add(1, Ordering::SeqCst) + 1)
+        }
+        fn release_token(&self, _token: usize) {}
+        fn push(&self, reads: &[usize], writes: &[usize], _priority: i32, start: HostStart) -> Result<()> {
+            self.pushed.lock().push((reads.to_vec(), writes.to_vec(), start));
+            Ok(())
+        }
+        fn wait(&self, _token: usize, _write: bool) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    impl RecordingHost {
+        /// Starts the oldest pushed op; returns its tokens.
+        fn start_next(&self) -> (Vec<usize>, Vec<usize>) {
+            let (r, w, start) = self.pushed.lock().remove(0);
+            let completions = Arc::clone(&self.completions);
+            start(Box::new(move |failure| completions.lock().push(failure)));
+            (r, w)
+        }
+    }
+
+    #[test]
+    fn a_host_engine_runs_the_ops_on_tokens_and_failures_cross_both_ways() {
+        let host: &'static RecordingHost = Box::leak(Box::default());
+        let e = Engine::start_on(host);
+        let (a, b) = (Var::new(), Var::new());
+        let ran = Arc::new(AtomicU64::new(0));
+        let r = Arc::clone(&ran);
+        // Listed twice, and read and written: the host gets each token once, writes winning.
+        e.push(&[&a, &b], &[&b, &b], 0, move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing runs before the host starts it");
+        let (reads, writes) = host.start_next();
+        let (ta, tb) = (e.host_token(&a).unwrap().unwrap(), e.host_token(&b).unwrap().unwrap());
+        assert_eq!((reads, writes), (vec![ta], vec![tb]));
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert_eq!(host.completions.lock().pop(), Some(None), "a finished op completes the host's");
+
+        // A failing op fails the host's op with its message; the engine's wait reports it.
+        e.push(&[], &[&b], 0, |_| Err(Error::new("sum failed")));
+        host.start_next();
+        assert_eq!(host.completions.lock().pop(), Some(Some("sum failed".to_string())));
+        assert_eq!(e.wait_to_read(&b).unwrap_err().message(), "sum failed");
+
+        // An op the host skips (a failure on its tokens) fails, and what it writes reports it.
+        e.push(&[&b], &[&a], 0, |_| Ok(()));
+        drop(host.pushed.lock().remove(0));
+        assert!(e.wait_to_read(&a).unwrap_err().message().contains("skipped"));
+
+        // An op reading a variable that holds a failure does not run: it inherits the failure,
+        // and the host's op fails with it.
+        e.push(&[], &[&a], 0, |_| Err(Error::new("first")));
+        host.start_next();
+        let r = Arc::clone(&ran);
+        e.push(&[&a], &[&b], 0, move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        host.start_next();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert_eq!(host.completions.lock().pop(), Some(Some("first".to_string())));
+        assert_eq!(e.wait_to_read(&b).unwrap_err().message(), "first");
+
+        // A token bound by the caller is the one the host gets; unbinding makes a new one.
+        let c = Var::new();
+        assert!(e.bind_host_token(&c, 1000));
+        assert!(!e.bind_host_token(&c, 1001), "a variable's token is bound once");
+        e.push(&[&c], &[], 0, |_| Ok(()));
+        assert_eq!(host.start_next().0, vec![1000]);
+        e.release_host_token(&c);
+        assert_ne!(e.host_token(&c).unwrap(), Some(1000));
         e.wait_all().unwrap();
     }
 }

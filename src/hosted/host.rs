@@ -72,6 +72,8 @@ pub(crate) struct Api {
     pub get_storage_type: unsafe extern "C" fn(NDArrayHandle, *mut c_int) -> c_int,
     pub from_dlpack_ex: unsafe extern "C" fn(*mut c_void, bool, *mut NDArrayHandle) -> c_int,
     pub wait_to_write: unsafe extern "C" fn(NDArrayHandle) -> c_int,
+    pub wait_to_read: unsafe extern "C" fn(NDArrayHandle) -> c_int,
+    pub create_ex: unsafe extern "C" fn(*const u32, u32, c_int, c_int, c_int, c_int, *mut NDArrayHandle) -> c_int,
     pub create_sparse_ex: unsafe extern "C" fn(
         c_int,
         *const u32,
@@ -147,6 +149,8 @@ impl Host {
                 get_storage_type: symbol(&library, path, "MXNDArrayGetStorageType")?,
                 from_dlpack_ex: symbol(&library, path, "MXNDArrayFromDLPackEx")?,
                 wait_to_write: symbol(&library, path, "MXNDArrayWaitToWrite")?,
+                wait_to_read: symbol(&library, path, "MXNDArrayWaitToRead")?,
+                create_ex: symbol(&library, path, "MXNDArrayCreateEx")?,
                 create_sparse_ex: symbol(&library, path, "MXNDArrayCreateSparseEx")?,
                 sync_copy_to_cpu: symbol(&library, path, "MXNDArraySyncCopyToCPU")?,
                 wait_all: symbol(&library, path, "MXNDArrayWaitAll")?,

@@ -4,12 +4,14 @@
 //! own NDArray handles, each data operation one op in the host's engine.
 //!
 //! `host` loads the library and checks its version, `routing` fills the slot table,
-//! `dlpack` wraps libkvstore's memory as host arrays, `store` carries the host's arrays into
-//! libkvstore's one store (`fence` orders the two engines' ops on shared arrays, `sparse`
-//! crosses row_sparse arrays), `ffi` its exports.
+//! `engine` runs libkvstore's engine ops in the host's engine, `dlpack` wraps libkvstore's
+//! memory as host arrays, `store` carries the host's arrays into libkvstore's one store
+//! (`fence` orders host ops on memory the store's ops also use, `sparse` crosses row_sparse
+//! arrays), `ffi` its exports.
 
 mod async_op;
 mod dlpack;
+mod engine;
 mod fence;
 mod ffi;
 mod host;
@@ -51,6 +53,8 @@ extern "C" fn load_host_from_environment() {
     match outcome {
         Ok(Ok(host)) => {
             let host = HOST.get_or_init(|| host);
+            static HOST_ENGINE: OnceLock<engine::HostEngine> = OnceLock::new();
+            crate::engine::run_ops_on(HOST_ENGINE.get_or_init(|| engine::HostEngine(host)));
             crate::ffi::served::serve_with(store::HostedStore::create);
             crate::ffi::mirror_last_error(|text| {
                 if let Some(host) = HOST.get() {

@@ -4,16 +4,19 @@
 //!
 //! - a dense value or output crosses through a staging array, one per key and position,
 //!   that is a native array and a host array at once (`HostArray::over_native`): the host's
-//!   `_copyto` fills it (or empties it into the output) in a [`host_turn`], ordered against
-//!   the store's own ops on it, so a call returns at once, as MXNet's does;
+//!   `_copyto` fills it (or empties it into the output), and the host's engine, which runs
+//!   the store's ops too (`super::engine`), orders the copies with them on one dependency of
+//!   the host's (the staging array's token), so a call returns at once, as MXNet's does;
 //! - a row_sparse array crosses by its parts (`sparse`), waiting on the calling thread;
 //! - an updater gets host arrays over the store's sum and stored value, its host ops ordered
-//!   after the sum and before the store's next use of the value by a [`host_turn`].
+//!   after the sum and before the store's next use of the value by a [`host_turn`] (a staging
+//!   array whose token could not be bound takes one too).
 //!
 //! Every call reaches the store in one piece, which checks all of it before queuing anything
 //! (the staging arrays are the only thing a refused call has touched).
 
 use super::dlpack::HostArray;
+use super::engine::named;
 use super::fence::host_turn;
 use super::host::{describe, Described, Host, DENSE, ROW_SPARSE};
 use super::key::{drop_source_for_test, sum_failure_for_test, with_native_keys, Key};
@@ -36,6 +39,30 @@ struct Staging {
     host: HostArray,
     dtype: DType,
     shape: Vec<i64>,
+    /// Whether the host's engine orders the store's ops on `native` and its own on `host`
+    /// directly (they share the host's dependency, `Engine::bind_host_token`): no turn needed.
+    bound: bool,
+}
+
+impl Staging {
+    fn new(host: &Host, d: &Described) -> Result<Staging> {
+        let native = NDArray::zeros(&dims(&d.shape), Context::cpu(0), d.dtype)?;
+        let view = HostArray::over_native(host, &native)?;
+        let token = host.shallow_copy(view.handle)?;
+        let bound = engine().bind_host_token(native.var(), token as usize);
+        if !bound {
+            host.release(token);
+        }
+        Ok(Staging { native, host: view, dtype: d.dtype, shape: d.shape.clone(), bound })
+    }
+
+    /// Lets the host array go (without waiting: queued ops hold their own references). The
+    /// token goes first: it holds the host array, which holds the native array, which holds
+    /// the token.
+    fn forget(self, host: &Host) {
+        engine().release_host_token(self.native.var());
+        self.host.forget(host);
+    }
 }
 
 /// Which staging array: the `nth` value (or output) of `key` in a call.
@@ -136,12 +163,9 @@ impl HostedStore {
     fn staging<'a>(&self, cache: &'a mut HashMap<Slot, Staging>, host: &Host, slot: Slot, d: &Described) -> Result<&'a Staging> {
         let fits = cache.get(&slot).is_some_and(|s| s.dtype == d.dtype && s.shape == d.shape);
         if !fits {
-            let native = NDArray::zeros(&dims(&d.shape), Context::cpu(0), d.dtype)?;
-            let view = HostArray::over_native(host, &native)?;
-            let made = Staging { native, host: view, dtype: d.dtype, shape: d.shape.clone() };
+            let made = Staging::new(host, d)?;
             if let Some(old) = cache.insert(slot.clone(), made) {
-                // Queued ops on it hold their own references.
-                old.host.forget(host);
+                old.forget(host);
             }
         }
         cache.get(&slot).ok_or_else(|| crate::Error::new("staging array missing (internal error)"))
@@ -177,7 +201,9 @@ impl HostedStore {
             } else {
                 let s = self.staging(&mut cache, host, Slot { key: k.clone(), nth: *nth, output: outputs }, &d)?;
                 crossed.natives.push(s.native.clone());
-                crossed.turn.push((s.native.clone(), s.host.handle));
+                if !s.bound {
+                    crossed.turn.push((s.native.clone(), s.host.handle));
+                }
                 crossed.copies.push(if outputs { (s.host.handle, *a) } else { (*a, s.host.handle) });
                 if outputs {
                     pulled.insert((k, d.dtype, d.shape.clone()), s.host.handle);
@@ -194,7 +220,7 @@ impl HostedStore {
         copies_in_turn(host, c"KVStorePush", crossed, priority)?;
         if let Some(fail) = sum_failure_for_test() {
             // The test control fails the store's work on these values, as a failing sum would.
-            let vars: Vec<_> = crossed.turn.iter().map(|(n, _)| n.var()).collect();
+            let vars: Vec<_> = crossed.natives.iter().map(|n| n.var()).collect();
             engine().push(&[], &vars, priority, move |_| fail());
         }
         Ok(())
@@ -362,6 +388,7 @@ impl Drop for HostedStore {
             let _ = s.native.wait_to_write();
         }
         for (_, s) in staging {
+            engine().release_host_token(s.native.var());
             s.host.free(host);
         }
         for (_, v) in std::mem::take(&mut *self.views.0.lock()) {
@@ -377,27 +404,27 @@ impl ServedStore for HostedStore {
     }
 
     fn init(&self, keys: Keys, values: &[NDArrayHandle]) -> Result<()> {
-        HostedStore::init(self, host()?, keys_of(keys), values)
+        named(c"KVStoreInit", || HostedStore::init(self, host()?, keys_of(keys), values))
     }
 
     fn push(&self, keys: Keys, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
-        HostedStore::push(self, host()?, keys_of(keys), values, priority)
+        named(c"KVStorePush", || HostedStore::push(self, host()?, keys_of(keys), values, priority))
     }
 
     fn pull(&self, keys: Keys, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
-        HostedStore::pull(self, host()?, keys_of(keys), outs, priority, ignore_sparse)
+        named(c"KVStorePull", || HostedStore::pull(self, host()?, keys_of(keys), outs, priority, ignore_sparse))
     }
 
     fn pull_row_sparse(&self, keys: Keys, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
-        HostedStore::pull_row_sparse(self, host()?, keys_of(keys), outs, row_ids, priority)
+        named(c"KVStorePullRowSparse", || HostedStore::pull_row_sparse(self, host()?, keys_of(keys), outs, row_ids, priority))
     }
 
     fn push_pull(&self, (vkeys, okeys): (Keys, Keys), values: &[NDArrayHandle], outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
-        HostedStore::push_pull(self, host()?, keys_of(vkeys), values, keys_of(okeys), outs, priority)
+        named(c"KVStorePushPull", || HostedStore::push_pull(self, host()?, keys_of(vkeys), values, keys_of(okeys), outs, priority))
     }
 
     fn broadcast(&self, (vkeys, okeys): (Keys, Keys), values: &[NDArrayHandle], outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
-        HostedStore::broadcast(self, host()?, keys_of(vkeys), values, keys_of(okeys), outs, priority)
+        named(c"KVStoreBroadcast", || HostedStore::broadcast(self, host()?, keys_of(vkeys), values, keys_of(okeys), outs, priority))
     }
 
     fn updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) -> Result<Option<Updaters>> {

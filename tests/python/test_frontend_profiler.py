@@ -96,8 +96,8 @@ def test_store_calls_become_a_nested_chrome_trace(tmp_path):
     table = mx.profiler.dumps(reset=True)
     assert "Profile Statistics:" in table
     if HOSTED:
-        # MXNet's profiler sees the store's work as the ops it pushes into MXNet's engine:
-        # one turn of the pushed values per push, the paused push not recorded.
+        # MXNet's profiler sees the store's work as the ops it runs in MXNet's engine, named
+        # by the call that queued them: one (the sum) per push, the paused push not recorded.
         pushes = [e for e in events if e["name"] == "KVStorePush" and e["ph"] in "BX"]
         assert len(pushes) == 2, pushes
         return
