@@ -237,7 +237,6 @@ pub fn run_ops_on(host: &'static dyn Scheduler) -> bool {
     SCHEDULER.set(host).is_ok()
 }
 
-
 fn worker_count() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::env::var("MXNET_CPU_WORKER_NTHREADS")
