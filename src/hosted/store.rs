@@ -9,8 +9,7 @@
 //!   the host's (the staging array's token), so a call returns at once, as MXNet's does;
 //! - a row_sparse array crosses by its parts (`sparse`), waiting on the calling thread;
 //! - an updater gets host arrays over the store's sum and stored value, its host ops ordered
-//!   after the sum and before the store's next use of the value by a [`host_turn`] (a staging
-//!   array whose token could not be bound takes one too).
+//!   after the sum and before the store's next use of the value by a [`host_turn`].
 //!
 //! Every call reaches the store in one piece, which checks all of it before queuing anything
 //! (the staging arrays are the only thing a refused call has touched).
@@ -33,15 +32,14 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::Arc;
 
-/// A staging array: `native` and `host` are the same memory.
+/// A staging array: `native` and `host` are the same memory, and one dependency in the host's
+/// engine, which runs the store's ops on `native` (its token is a shallow copy of `host`,
+/// `Engine::bind_host_token`): the host orders its copies and the store's ops directly.
 struct Staging {
     native: NDArray,
     host: HostArray,
     dtype: DType,
     shape: Vec<i64>,
-    /// Whether the host's engine orders the store's ops on `native` and its own on `host`
-    /// directly (they share the host's dependency, `Engine::bind_host_token`): no turn needed.
-    bound: bool,
 }
 
 impl Staging {
@@ -49,11 +47,13 @@ impl Staging {
         let native = NDArray::zeros(&dims(&d.shape), Context::cpu(0), d.dtype)?;
         let view = HostArray::over_native(host, &native)?;
         let token = host.shallow_copy(view.handle)?;
-        let bound = engine().bind_host_token(native.var(), token as usize);
-        if !bound {
+        // A new array has no token yet; only a stopped host engine refuses.
+        if !engine().bind_host_token(native.var(), token as usize) {
             host.release(token);
+            view.forget(host);
+            crate::bail!("the host's engine has shut down: no store call can run");
         }
-        Ok(Staging { native, host: view, dtype: d.dtype, shape: d.shape.clone(), bound })
+        Ok(Staging { native, host: view, dtype: d.dtype, shape: d.shape.clone() })
     }
 
     /// Lets the host array go (without waiting: queued ops hold their own references). The
@@ -73,13 +73,12 @@ struct Slot {
     output: bool,
 }
 
-/// A call's host arrays, crossed over: the native arrays to hand the store, and the staging
-/// arrays with the host copies that fill or empty them.
+/// A call's host arrays, crossed over: the native arrays to hand the store, and the host
+/// copies that fill or empty the staging arrays.
 #[derive(Default)]
 struct Crossed {
     keys: Vec<Key>,
     natives: Vec<NDArray>,
-    turn: Vec<(NDArray, NDArrayHandle)>,
     copies: Vec<(NDArrayHandle, NDArrayHandle)>,
     /// row_sparse outputs, filled from their native arrays once the store is done.
     sparse_outs: Vec<(NDArray, NDArrayHandle, Described)>,
@@ -147,7 +146,7 @@ impl HostedStore {
             "store type {name}: hosted mode serves `local`, `device` and the `dist` stores; GPU stores are later work"
         );
         let native = KVStore::new(&lower)?;
-        // The updaters' host ops are ordered by engine handovers (`updater_in_turn`).
+        // The updaters' host ops are ordered by turns (`updater_in_turn`).
         native.set_updaters_wait(false);
         Ok(HostedStore {
             is_dist: crate::store::dist::dist_mode(&lower).is_some(),
@@ -201,9 +200,6 @@ impl HostedStore {
             } else {
                 let s = self.staging(&mut cache, host, Slot { key: k.clone(), nth: *nth, output: outputs }, &d)?;
                 crossed.natives.push(s.native.clone());
-                if !s.bound {
-                    crossed.turn.push((s.native.clone(), s.host.handle));
-                }
                 crossed.copies.push(if outputs { (s.host.handle, *a) } else { (*a, s.host.handle) });
                 if outputs {
                     pulled.insert((k, d.dtype, d.shape.clone()), s.host.handle);
@@ -215,9 +211,9 @@ impl HostedStore {
         Ok(())
     }
 
-    /// Fills the staging arrays of a push (the host's copies, in a turn).
+    /// Fills the staging arrays of a push (the host's copies).
     fn fill(&self, host: &Host, crossed: &Crossed, priority: c_int) -> Result<()> {
-        copies_in_turn(host, c"KVStorePush", crossed, priority)?;
+        copies(host, crossed)?;
         if let Some(fail) = sum_failure_for_test() {
             // The test control fails the store's work on these values, as a failing sum would.
             let vars: Vec<_> = crossed.natives.iter().map(|n| n.var()).collect();
@@ -226,10 +222,10 @@ impl HostedStore {
         Ok(())
     }
 
-    /// Empties the staging arrays of a pull into the outputs (the host's copies, in a turn
-    /// after the store's pull), and fills the row_sparse outputs (waiting for the pull).
-    fn empty(&self, host: &Host, crossed: &Crossed, priority: c_int) -> Result<()> {
-        copies_in_turn(host, c"KVStorePull", crossed, priority)?;
+    /// Empties the staging arrays of a pull into the outputs (the host's copies, after the
+    /// store's pull), and fills the row_sparse outputs (waiting for the pull).
+    fn empty(&self, host: &Host, crossed: &Crossed) -> Result<()> {
+        copies(host, crossed)?;
         for (native, out, d) in &crossed.sparse_outs {
             sparse::from_native(host, native, *out, d)?;
         }
@@ -280,7 +276,7 @@ impl HostedStore {
             crossed.sparse_outs.clear();
         }
         with_native_keys(&crossed.keys, |ks| self.native.pull(ks, std::mem::take(&mut crossed.natives), priority, ignore_sparse))?;
-        self.empty(host, &crossed, priority)
+        self.empty(host, &crossed)
     }
 
     /// `PushPull`: one call of the store (it checks the push and the pull before either runs).
@@ -298,7 +294,7 @@ impl HostedStore {
         with_native_keys(&pushed.keys, |vks| {
             with_native_keys(&pulled.keys, |oks| self.native.push_pull(vks, natives, oks, std::mem::take(&mut pulled.natives), priority))
         })?;
-        self.empty(host, &pulled, priority)
+        self.empty(host, &pulled)
     }
 
     /// `Broadcast`: one call of the store (init, then pull).
@@ -311,7 +307,7 @@ impl HostedStore {
         with_native_keys(&vkeys, |vks| {
             with_native_keys(&pulled.keys, |oks| self.native.broadcast(vks, &natives, oks, std::mem::take(&mut pulled.natives), priority))
         })?;
-        self.empty(host, &pulled, priority)
+        self.empty(host, &pulled)
     }
 
     /// `PullRowSparse`: the row ids are read now (their writers waited for: MXNet reads them in
@@ -328,7 +324,7 @@ impl HostedStore {
             ids.push(if d.stype == ROW_SPARSE { sparse::to_native(host, *r, &d)? } else { sparse::dense_to_native(host, *r, &d)? });
         }
         with_native_keys(&keys, |ks| self.native.pull_row_sparse(ks, &crossed.natives, &ids, priority))?;
-        self.empty(host, &crossed, priority)
+        self.empty(host, &crossed)
     }
 
     /// The store's updaters calling the frontend's: in a turn on a worker's store; on a server
@@ -443,14 +439,9 @@ fn keys_of(keys: Keys) -> Vec<Key> {
     }
 }
 
-/// A call's host copies (into its staging arrays, or out of them), in a turn named `name`.
-fn copies_in_turn(host: &Host, name: &'static CStr, crossed: &Crossed, priority: c_int) -> Result<()> {
-    host_turn(host, name, &crossed.turn, priority, || {
-        for (from, to) in &crossed.copies {
-            host.copy(*from, *to)?;
-        }
-        Ok(())
-    })
+/// A call's host copies (into its staging arrays, or out of them).
+fn copies(host: &Host, crossed: &Crossed) -> Result<()> {
+    crossed.copies.iter().try_for_each(|(from, to)| host.copy(*from, *to))
 }
 
 /// One updater call on a worker's store: host arrays over the sum and the stored value, the
