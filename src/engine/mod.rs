@@ -130,15 +130,6 @@ impl Var {
     fn existing_token(&self) -> Option<usize> {
         Some(self.token.load(Ordering::Acquire)).filter(|&t| t != 0)
     }
-
-    /// Whether every op that read or wrote it so far has finished.
-    fn is_idle(&self) -> bool {
-        let s = self.state.lock();
-        let done = |c: &Arc<Completion>| c.is_done();
-        s.last_write.as_ref().is_none_or(done)
-            && s.reads_since_write.first.as_ref().is_none_or(done)
-            && s.reads_since_write.more.iter().all(done)
-    }
 }
 
 /// What an op is told when it runs.
@@ -538,19 +529,6 @@ impl Engine {
         }
     }
 
-    /// Whether no op on `vars` is pending and none of them holds a failure: another engine may
-    /// then use their memory at once, as long as nothing new is queued on them meanwhile.
-    pub fn idle(&self, vars: &[&Var]) -> bool {
-        vars.iter().all(|v| v.is_idle()) && self.failure_on(vars).is_none()
-    }
-
-    /// The message of an unreported failure kept on any of `vars`, without waiting or clearing
-    /// it: for an op that is not run because of it and must pass it on to another engine.
-    pub fn failure_on(&self, vars: &[&Var]) -> Option<String> {
-        let ids: Vec<u64> = vars.iter().map(|v| v.id).collect();
-        self.poison.find(&ids).and_then(|f| f.message())
-    }
-
     /// Blocks until every scheduled op has finished; reports the first failure since the
     /// last `wait_all` and clears them all.
     pub fn wait_all(&self) -> Result<()> {
@@ -826,26 +804,6 @@ mod tests {
         e.push(&[], &[&b], 0, |_| Err(Error::new("late")));
         assert_eq!(e.run_sync(&[&b], &[], || 1).unwrap_err().message(), "late");
         assert_eq!(e.run_sync(&[&b], &[], || 1).unwrap(), 1);
-    }
-
-    #[test]
-    fn idle_and_failure_on_see_pending_ops_and_failures_without_waiting_or_clearing() {
-        let e = Engine::start();
-        let (a, b) = (Var::new(), Var::new());
-        assert!(e.idle(&[&a, &b]), "new variables are idle");
-        let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
-        e.push_async(&[&b], &[&a], 0, move |_, done| tx.send(done).unwrap());
-        let done = rx.recv().unwrap();
-        assert!(!e.idle(&[&a]), "a pending writer");
-        assert!(!e.idle(&[&b]), "a pending reader");
-        done.finish(Err(Error::new("lost the device")));
-        assert!(!e.idle(&[&a]), "a failure on it");
-        assert!(e.idle(&[&b]), "the reader finished; a failure goes to what an op writes");
-        assert_eq!(e.failure_on(&[&b, &a]).as_deref(), Some("lost the device"));
-        assert_eq!(e.failure_on(&[&a]).as_deref(), Some("lost the device"), "peeking does not clear it");
-        assert_eq!(e.wait_to_read(&a).unwrap_err().message(), "lost the device");
-        assert_eq!(e.failure_on(&[&a]), None, "a wait reports and clears it");
-        assert!(e.idle(&[&a, &b]));
     }
 
     #[test]

@@ -24,7 +24,8 @@ use std::os::raw::c_int;
 /// host handle over the same memory) in a turn: see the module's text. `name` names the op
 /// that closes the turn (the one every turn has), as MXNet's profiler shows it. Returns once
 /// everything is queued; an error of `host_ops` is returned after the turn is closed. The
-/// opening op is left out where none of the store's ops on the arrays is pending.
+/// opening op is always queued: the arrays may be waiting for host ops on their tokens (a
+/// staging array's copies) that libkvstore's engine does not see.
 pub(super) fn host_turn(
     host: &Host,
     name: &'static CStr,
@@ -42,12 +43,7 @@ pub(super) fn host_turn(
             .ok_or_else(|| crate::Error::new("the host's engine has shut down: no store call can run"))?;
         handles.push(token as NDArrayHandle);
     }
-    let vars: Vec<_> = arrays.iter().map(|(n, _)| n.var()).collect();
-    let opened = if engine().idle(&vars) {
-        Ok(())
-    } else {
-        push_async(host, &[], &handles, priority, (c"KVStoreHandOver", Property::Normal), HostDone::finish)
-    };
+    let opened = push_async(host, &[], &handles, priority, (c"KVStoreHandOver", Property::Normal), HostDone::finish);
     let ran = opened.and_then(|()| host_ops());
     let closed = push_async(host, &[], &handles, priority, (name, Property::Normal), HostDone::finish);
     ran.and(closed)

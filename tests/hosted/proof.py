@@ -2,7 +2,8 @@
 - the store is libkvstore's: a push of a wrong shape is refused with libkvstore's message,
   where pure MXNet's local store silently replaces the value;
 - ordering by the host's engine: a push runs after the ops producing its values; a host
-  write of a pushed array waits for the push's read; a host reader waits for a pending pull.
+  write of a pushed array waits for the push's read; a host reader waits for a pending pull;
+  an updater reading what it receives waits for the pushed value's producer.
 usage: proof.py hosted|pure
 """
 import sys
@@ -77,3 +78,26 @@ kv.row_sparse_pull(5, out=first, row_ids=ids)
 assert first.indices.asnumpy().tolist() == [0, 2], first.indices
 assert first.data.asnumpy().tolist() == [[11, 11], [22, 22]], first.data
 print("row_sparse push and row_sparse_pull (a bad pair changes nothing): ok")
+
+# 5. An updater that reads what it receives waits for the pushed value's producer, also where
+# the store hands it the one pushed value itself (no sum in between).
+seen = []
+
+
+def read_then_add(key, recv, local):
+    seen.append(float(recv.asnumpy()[0, 0]))
+    local[:] = local + recv
+
+
+kv5 = mx.kv.create("local")
+kv5._set_updater(read_then_add)
+kv5.init(5, mx.nd.zeros((n, n)))
+b = a
+for _ in range(60):
+    b = mx.nd.dot(b, a)
+kv5.push(5, b * n)               # ones, once the chain is done
+out5 = mx.nd.zeros((n, n))
+kv5.pull(5, out=out5)
+assert seen == [1.0], seen
+assert np.allclose(out5.asnumpy(), 1.0), out5.asnumpy()[0, :3]
+print("an updater reading a pushed value waits for its producer: ok")
