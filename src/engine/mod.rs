@@ -430,7 +430,7 @@ impl Engine {
         let start = OnHost { engine: self, op: Some(Arc::clone(&op)) };
         let pushed = tokens(reads).and_then(|r| {
             let (r, w) = scheduler::distinct(&r, &tokens(writes)?);
-            host.push(&r, &w, op.priority, Box::new(move |complete| start.run(complete)))
+            host.push(&r, &w, op.priority, Box::new(move |complete, refusal| start.run(complete, refusal)))
         });
         if let Err(e) = pushed {
             self.skip(op, Failure::new(e));
@@ -606,10 +606,13 @@ struct OnHost {
 }
 
 impl OnHost {
-    fn run(mut self, complete: HostCompletion) {
+    fn run(mut self, complete: HostCompletion, refusal: Option<String>) {
         if let Some(op) = self.op.take() {
             *op.host_completion.lock() = Some(complete);
-            self.engine.run(op);
+            match refusal {
+                None => self.engine.run(op),
+                Some(why) => self.engine.skip(op, Failure::new(Error::new(why))),
+            }
         }
     }
 }
@@ -864,9 +867,14 @@ mod tests {
     impl RecordingHost {
         /// Starts the oldest pushed op; returns its tokens.
         fn start_next(&self) -> (Vec<usize>, Vec<usize>) {
+            self.start_next_with(None)
+        }
+
+        /// Starts the oldest pushed op, the host side refusing it with `refusal` if given.
+        fn start_next_with(&self, refusal: Option<String>) -> (Vec<usize>, Vec<usize>) {
             let (r, w, start) = self.pushed.lock().remove(0);
             let completions = Arc::clone(&self.completions);
-            start(Box::new(move |failure| completions.lock().push(failure)));
+            start(Box::new(move |failure| completions.lock().push(failure)), refusal);
             (r, w)
         }
     }
@@ -900,6 +908,17 @@ mod tests {
         e.push(&[&b], &[&a], 0, |_| Ok(()));
         drop(host.pushed.lock().remove(0));
         assert!(e.wait_to_read(&a).unwrap_err().message().contains("skipped"));
+
+        // An op the host side refuses does not run: it fails with the reason, on both sides.
+        let r = Arc::clone(&ran);
+        e.push(&[], &[&b], 0, move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        host.start_next_with(Some("memory moved".to_string()));
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "a refused op does not run");
+        assert_eq!(host.completions.lock().pop(), Some(Some("memory moved".to_string())));
+        assert_eq!(e.wait_to_read(&b).unwrap_err().message(), "memory moved");
 
         // An op reading a variable that holds a failure does not run: it inherits the failure,
         // and the host's op fails with it.

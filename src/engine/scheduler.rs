@@ -14,9 +14,11 @@ use crate::error::Result;
 pub type HostCompletion = Box<dyn FnOnce(Option<String>) + Send>;
 
 /// The start of an op in the host's engine: called once its tokens are ready, with the
-/// completion to call when the op is done. Dropped without being called (the host skipped
+/// completion to call when the op is done and, where the host side found that the op cannot
+/// run (the memory its tokens stand for is not as the op was queued for), why: the op then
+/// fails with that reason instead of running. Dropped without being called (the host skipped
 /// the op because a failure was kept on its tokens, or refused it), the op fails.
-pub type HostStart = Box<dyn FnOnce(HostCompletion) + Send>;
+pub type HostStart = Box<dyn FnOnce(HostCompletion, Option<String>) + Send>;
 
 /// A host engine that runs the engine's ops (see the module's text).
 pub trait Scheduler: Send + Sync + 'static {

@@ -7,6 +7,7 @@
 
 use super::async_op::{push_async, Property};
 use super::host::Host;
+use super::lent::{handle_of, unplain, LENT_TOKEN};
 use crate::engine::{HostStart, Scheduler};
 use crate::ffi::NDArrayHandle;
 use crate::Result;
@@ -54,25 +55,33 @@ impl Scheduler for HostEngine {
         if super::shut_down() {
             return;
         }
-        // SAFETY: a token made by `new_token`, released once by its variable; the host keeps
-        // what its pending ops need of it.
-        unsafe { (self.0.api.free)(token as NDArrayHandle) };
+        // SAFETY: a token made by `new_token` (or bound: a lent array's or a staging array's),
+        // released once by its variable; the host keeps what its pending ops need of it.
+        unsafe { (self.0.api.free)(handle_of(token)) };
     }
 
     fn push(&self, reads: &[usize], writes: &[usize], priority: i32, start: HostStart) -> Result<()> {
-        let reads: Vec<NDArrayHandle> = reads.iter().map(|&t| t as NDArrayHandle).collect();
-        let writes: Vec<NDArrayHandle> = writes.iter().map(|&t| t as NDArrayHandle).collect();
+        // Lent arrays are checked again when the op starts (`lent::unplain`).
+        let lent: Vec<usize> = reads.iter().chain(writes).filter(|&&t| t & LENT_TOKEN != 0).map(|&t| handle_of(t) as usize).collect();
+        let reads: Vec<NDArrayHandle> = reads.iter().map(|&t| handle_of(t)).collect();
+        let writes: Vec<NDArrayHandle> = writes.iter().map(|&t| handle_of(t)).collect();
         let name = CALL_NAME.with(Cell::get);
-        push_async(self.0, &reads, &writes, priority, (name, Property::Normal), move |done| {
-            start(Box::new(move |failure: Option<String>| match failure {
-                None => done.finish(),
-                Some(why) => done.fail(&why),
-            }))
+        let host = self.0;
+        push_async(host, &reads, &writes, priority, (name, Property::Normal), move |done| {
+            let handles: Vec<NDArrayHandle> = lent.iter().map(|&h| h as NDArrayHandle).collect();
+            let refusal = unplain(host, &handles);
+            start(
+                Box::new(move |failure: Option<String>| match failure {
+                    None => done.finish(),
+                    Some(why) => done.fail(&why),
+                }),
+                refusal,
+            )
         })
     }
 
     fn wait(&self, token: usize, write: bool) -> Result<()> {
-        let handle = token as NDArrayHandle;
+        let handle = handle_of(token);
         // SAFETY: a live token (its variable, which the caller holds, owns it).
         let rc = unsafe {
             if write {

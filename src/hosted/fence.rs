@@ -14,6 +14,7 @@
 
 use super::async_op::{push_async, HostDone, Property};
 use super::host::Host;
+use super::lent::handle_of;
 use crate::engine::engine;
 use crate::ffi::NDArrayHandle;
 use crate::{NDArray, Result};
@@ -41,8 +42,12 @@ pub(super) fn host_turn(
         let token = engine()
             .host_token(native.var())?
             .ok_or_else(|| crate::Error::new("the host's engine has shut down: no store call can run"))?;
-        handles.push(token as NDArrayHandle);
+        handles.push(handle_of(token));
     }
+    // One array listed twice (a push's updaters may share one) would make the host's op wait
+    // on itself.
+    handles.sort_unstable();
+    handles.dedup();
     let opened = push_async(host, &[], &handles, priority, (c"KVStoreHandOver", Property::Normal), HostDone::finish);
     let ran = opened.and_then(|()| host_ops());
     let closed = push_async(host, &[], &handles, priority, (name, Property::Normal), HostDone::finish);

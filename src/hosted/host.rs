@@ -92,6 +92,10 @@ pub(crate) struct Api {
     pub wait_all: unsafe extern "C" fn() -> c_int,
     pub set_is_recording: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
     pub notify_shutdown: unsafe extern "C" fn() -> c_int,
+    pub get_data: unsafe extern "C" fn(NDArrayHandle, *mut *mut c_void) -> c_int,
+    pub get_context: unsafe extern "C" fn(NDArrayHandle, *mut c_int, *mut c_int) -> c_int,
+    pub to_dlpack: unsafe extern "C" fn(NDArrayHandle, *mut *mut c_void) -> c_int,
+    pub call_dlpack_deleter: unsafe extern "C" fn(*mut c_void) -> c_int,
 }
 
 /// A loaded host library (never unloaded: its engine threads run until the process ends).
@@ -156,6 +160,10 @@ impl Host {
                 wait_all: symbol(&library, path, "MXNDArrayWaitAll")?,
                 set_is_recording: symbol(&library, path, "MXAutogradSetIsRecording")?,
                 notify_shutdown: symbol(&library, path, "MXNotifyShutdown")?,
+                get_data: symbol(&library, path, "MXNDArrayGetData")?,
+                get_context: symbol(&library, path, "MXNDArrayGetContext")?,
+                to_dlpack: symbol(&library, path, "MXNDArrayToDLPack")?,
+                call_dlpack_deleter: symbol(&library, path, "MXNDArrayCallDLPackDeleter")?,
             }
         };
         let op = |name: &CStr| -> Result<usize> {
@@ -282,6 +290,32 @@ impl Host {
             (self.api.wait_to_write)(array);
             (self.api.free)(array);
         }
+    }
+
+    /// Frees this handle without waiting (the host keeps what its queued ops need).
+    pub fn forget(&self, array: NDArrayHandle) {
+        if super::shut_down() {
+            return;
+        }
+        // SAFETY: a live handle the store owns; nothing uses it afterwards.
+        unsafe { (self.api.free)(array) };
+    }
+
+    /// The device-type code of a host array's context (1 cpu, 2 gpu, 3 cpu_pinned, 5 cpu_shared).
+    pub fn device_type(&self, array: NDArrayHandle) -> Result<c_int> {
+        let (mut dev_type, mut dev_id) = (0, 0);
+        // SAFETY: a live host handle and live out-pointers.
+        self.check(unsafe { (self.api.get_context)(array, &mut dev_type, &mut dev_id) }, "MXNDArrayGetContext")?;
+        Ok(dev_type)
+    }
+
+    /// The start of a dense host array's memory in the plain layout (`MXNDArrayGetData`: an
+    /// array in a oneDNN layout is first reordered, waiting for its writers).
+    pub fn data_ptr(&self, array: NDArrayHandle) -> Result<*mut u8> {
+        let mut data: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a live host handle and a live out-pointer.
+        self.check(unsafe { (self.api.get_data)(array, &mut data) }, "MXNDArrayGetData")?;
+        Ok(data as *mut u8)
     }
 
     /// Blocks until the host's pending reads and writes of `array` are done.

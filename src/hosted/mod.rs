@@ -17,6 +17,7 @@ mod ffi;
 mod host;
 mod host_error;
 mod key;
+mod lent;
 mod routing;
 mod sparse;
 mod store;

@@ -17,6 +17,19 @@ pub enum Memory {
     Pinned(PinnedMemory),
     /// Memory of one GPU.
     Device(DeviceMemory),
+    /// Host memory another library owns (a host array's, in hosted mode), lent while this lives.
+    Foreign(Box<dyn ForeignBytes>),
+}
+
+/// Host memory owned outside libkvstore, lent to an array: the lender keeps it alive and in
+/// place until dropped. Whoever lends it also orders every use of it (the array's engine
+/// variable stands for the owner's dependency), so the bytes are never touched concurrently
+/// with the owner's own writes.
+pub trait ForeignBytes: Send + Sync + std::fmt::Debug {
+    /// The lent bytes.
+    fn bytes(&self) -> &[u8];
+    /// The lent bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8];
 }
 
 impl Memory {
@@ -79,6 +92,7 @@ impl Memory {
             Memory::Host(b) => b.len(),
             Memory::Pinned(p) => p.len(),
             Memory::Device(d) => d.len(),
+            Memory::Foreign(f) => f.bytes().len(),
         }
     }
 
@@ -97,6 +111,7 @@ impl Memory {
             Memory::Host(b) => b.bytes(),
             Memory::Pinned(p) => p.bytes(),
             Memory::Device(d) => Self::device_read(d),
+            Memory::Foreign(f) => f.bytes(),
         }
     }
 
@@ -106,6 +121,7 @@ impl Memory {
             Memory::Host(b) => b.bytes_mut(),
             Memory::Pinned(p) => p.bytes_mut(),
             Memory::Device(d) => Self::device_read(d),
+            Memory::Foreign(f) => f.bytes_mut(),
         }
     }
 
@@ -115,6 +131,7 @@ impl Memory {
             Memory::Host(b) => b.as_mut_ptr(),
             Memory::Pinned(p) => p.bytes_mut().as_mut_ptr(),
             Memory::Device(d) => d.ptr().addr as usize as *mut u8,
+            Memory::Foreign(f) => f.bytes_mut().as_mut_ptr(),
         }
     }
 

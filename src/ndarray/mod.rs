@@ -14,7 +14,7 @@ mod storage;
 
 pub use crate::base::{Context, DeviceType};
 pub use crate::base::{DType, ALL_DTYPES};
-pub use memory::Memory;
+pub use memory::{ForeignBytes, Memory};
 pub use row_sparse::{DeviceRows, Rows};
 pub(crate) use row_ids::ids_of as row_ids_of;
 pub use storage::{AuxData, Chunk, Payload, StorageType, UNDEFINED_STORAGE};
@@ -104,6 +104,19 @@ impl NDArray {
             aux: Vec::new(),
         };
         Ok(NDArray::from_payload(payload, shape, ctx, dtype, StorageType::Default))
+    }
+
+    /// A dense `cpu(0)` array over host memory another library owns (see [`ForeignBytes`]),
+    /// which must hold exactly `shape` elements of `dtype`.
+    pub fn over_foreign(shape: &[usize], dtype: DType, bytes: Box<dyn ForeignBytes>) -> Result<NDArray> {
+        let expected = checked_size(shape)? * dtype.size();
+        crate::ensure!(
+            bytes.bytes().len() == expected,
+            "lent memory of {} bytes for an array of {expected} bytes (internal error)",
+            bytes.bytes().len()
+        );
+        let payload = Payload { data: Memory::Foreign(bytes), storage_shape: shape.to_vec(), aux: Vec::new() };
+        Ok(NDArray::from_payload(payload, shape, Context::cpu(0), dtype, StorageType::Default))
     }
 
     fn from_payload(payload: Payload, shape: &[usize], ctx: Context, dtype: DType, stype: StorageType) -> NDArray {
@@ -250,7 +263,7 @@ impl NDArray {
         match &payload.data {
             Memory::Device(d) => Some(crate::gpu::Place::Device(d.ptr().offset(start))),
             Memory::Pinned(p) => Some(crate::gpu::Place::Host(p.at(start))),
-            Memory::Host(_) => None,
+            Memory::Host(_) | Memory::Foreign(_) => None,
         }
     }
 
