@@ -18,6 +18,7 @@ use super::dlpack::HostArray;
 use super::engine::named;
 use super::fence::host_turn;
 use super::host::{describe, Described, Host, DENSE, ROW_SPARSE};
+use super::lent::Lending;
 use super::key::{drop_source_for_test, sum_failure_for_test, with_native_keys, Key};
 use super::sparse::{self, dims};
 use crate::engine::engine;
@@ -29,6 +30,7 @@ use crate::{Context, DType, NDArray, Result};
 use parking_lot::{Mutex, ReentrantMutex};
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::Arc;
 
@@ -174,7 +176,7 @@ impl HostedStore {
     /// staging arrays (the copies into them, or out of them after the store's pull, to make in
     /// a turn); row_sparse values by their parts, now; row_sparse outputs get native arrays of
     /// their own, read back once the store is done.
-    fn cross(&self, host: &Host, keys: &[Key], arrays: &[NDArrayHandle], outputs: bool, crossed: &mut Crossed) -> Result<()> {
+    fn cross(&self, host: &Host, keys: &[Key], arrays: &[NDArrayHandle], outputs: bool, lending: &mut Lending, crossed: &mut Crossed) -> Result<()> {
         let mut cache = self.staging.lock();
         let mut seen: HashMap<&Key, usize> = HashMap::new();
         // A key's dense outputs of one shape and dtype share a staging array: the store pulls
@@ -184,6 +186,11 @@ impl HostedStore {
         for (k, a) in keys.iter().zip(arrays) {
             let d = describe(host, *a)?;
             crossable(k, &d, if outputs { "output" } else { "pushed value" })?;
+            if let Some(native) = lending.lend(host, *a, &d)? {
+                crossed.natives.push(native);
+                crossed.keys.push(k.clone());
+                continue;
+            }
             if outputs && d.stype != ROW_SPARSE {
                 if let Some(staging) = pulled.get(&(k, d.dtype, d.shape.clone())) {
                     crossed.copies.push((*staging, *a));
@@ -261,7 +268,7 @@ impl HostedStore {
     fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
-        self.cross(host, &keys, values, false, &mut crossed)?;
+        self.cross(host, &keys, values, false, &mut Lending::default(), &mut crossed)?;
         self.fill(host, &crossed, priority)?;
         drop_last_sources_for_test(&mut crossed);
         with_native_keys(&crossed.keys, |ks| self.native.push(ks, std::mem::take(&mut crossed.natives), priority))
@@ -270,7 +277,7 @@ impl HostedStore {
     fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
-        self.cross(host, &keys, outs, true, &mut crossed)?;
+        self.cross(host, &keys, outs, true, &mut Lending::default(), &mut crossed)?;
         if ignore_sparse {
             // The store skips them: they keep what they hold.
             crossed.sparse_outs.clear();
@@ -282,10 +289,11 @@ impl HostedStore {
     /// `PushPull`: one call of the store (it checks the push and the pull before either runs).
     fn push_pull(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
+        let mut lending = Lending::default();
         let mut pushed = Crossed::default();
-        self.cross(host, &vkeys, values, false, &mut pushed)?;
+        self.cross(host, &vkeys, values, false, &mut lending, &mut pushed)?;
         let mut pulled = Crossed::default();
-        self.cross(host, &okeys, outs, true, &mut pulled)?;
+        self.cross(host, &okeys, outs, true, &mut lending, &mut pulled)?;
         // The store's push-pull skips row_sparse outputs, as its pull with ignore_sparse.
         pulled.sparse_outs.clear();
         self.fill(host, &pushed, priority)?;
@@ -302,7 +310,7 @@ impl HostedStore {
         let _call = self.calls.lock();
         let natives = self.cross_init(host, &vkeys, values)?;
         let mut pulled = Crossed::default();
-        self.cross(host, &okeys, outs, true, &mut pulled)?;
+        self.cross(host, &okeys, outs, true, &mut Lending::default(), &mut pulled)?;
         pulled.sparse_outs.clear();
         with_native_keys(&vkeys, |vks| {
             with_native_keys(&pulled.keys, |oks| self.native.broadcast(vks, &natives, oks, std::mem::take(&mut pulled.natives), priority))
@@ -316,7 +324,7 @@ impl HostedStore {
     fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
-        self.cross(host, &keys, outs, true, &mut crossed)?;
+        self.cross(host, &keys, outs, true, &mut Lending::default(), &mut crossed)?;
         let mut ids = Vec::with_capacity(row_ids.len());
         for (k, r) in keys.iter().zip(row_ids) {
             let d = describe(host, *r)?;
@@ -366,7 +374,13 @@ impl HostedStore {
             });
             call
         });
-        Ok(Some(Updaters { int, string }))
+        let batch: Option<crate::store::UpdateBatch> = (!on_server).then(|| {
+            let views = Arc::clone(&views);
+            let batch: crate::store::UpdateBatch =
+                Arc::new(move |pairs: &[(NDArray, NDArray)], calls: &mut dyn FnMut()| batch_in_turn(host, &views, pairs, calls));
+            batch
+        });
+        Ok(Some(Updaters { int, string, batch }))
     }
 
 }
@@ -463,8 +477,7 @@ fn updater_in_turn(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, 
 fn dense_update(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) -> Result<()> {
     let recv_host = views.over(host, recv)?;
     let local_host = views.over(host, local)?;
-    let turn = [(recv.clone(), recv_host), (local.clone(), local_host)];
-    host_turn(host, c"KVStoreUpdate", &turn, 0, || {
+    let call = || {
         let r = host.shallow_copy(recv_host)?;
         let l = match host.shallow_copy(local_host) {
             Ok(l) => l,
@@ -475,7 +488,56 @@ fn dense_update(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, upd
         };
         update(r, l);
         Ok(())
-    })
+    };
+    if IN_BATCH_TURN.with(Cell::get) {
+        // The push's turn, opened around all its updater calls, orders these arrays already.
+        return call();
+    }
+    let turn = [(recv.clone(), recv_host), (local.clone(), local_host)];
+    host_turn(host, c"KVStoreUpdate", &turn, 0, call)
+}
+
+thread_local! {
+    /// Set while a push's updater calls run inside one turn (`batch_in_turn`).
+    static IN_BATCH_TURN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A push's updater calls in one turn over every dense array they get (two host ops for the
+/// push, not two per key). Where the host arrays over them cannot be made, each call takes
+/// its own turn, as without a batch.
+fn batch_in_turn(host: &Host, views: &Views, pairs: &[(NDArray, NDArray)], calls: &mut dyn FnMut()) {
+    let dense = |a: &NDArray| a.stype() == crate::StorageType::Default;
+    let mut turn = Vec::with_capacity(2 * pairs.len());
+    for (recv, local) in pairs.iter().filter(|(r, l)| dense(r) && dense(l)) {
+        match (views.over(host, recv), views.over(host, local)) {
+            (Ok(r), Ok(l)) => turn.extend([(recv.clone(), r), (local.clone(), l)]),
+            _ => return calls(),
+        }
+    }
+    let mut called = false;
+    let ran = host_turn(host, c"KVStoreUpdate", &turn, 0, || {
+        called = true;
+        IN_BATCH_TURN.with(|b| b.set(true));
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                IN_BATCH_TURN.with(|b| b.set(false));
+            }
+        }
+        let _reset = Reset;
+        calls();
+        Ok(())
+    });
+    // Not opened (the host refused its op): the calls have not run, and the store runs them
+    // one by one, each in its own turn. Not closed: the stored values are unknown now, and
+    // their next pull reports why.
+    if let (Err(e), true) = (ran, called) {
+        let why = format!("the hosted updater failed: {}", e.message());
+        for (_, local) in pairs {
+            let why = why.clone();
+            engine().push(&[], &[local.var()], 0, move |_| Err(crate::Error::new(why)));
+        }
+    }
 }
 
 /// The test-only negative control (`KVSTORE_HOSTED_TEST_DROP_SOURCE=1`): a key pushed several
