@@ -11,7 +11,8 @@
 # the Python proof (the unchanged mxnet 1.9.1 package on both libraries), the wheel
 # (scripts/test-wheel.sh), the distributed
 # harness (launcher unit tests; the dist C programs and MXNet's nightly dist scripts on the
-# reference's ps-lite and on libkvstore's MPI stores), and the C programs again under
+# reference's ps-lite and on libkvstore's MPI stores; jobs and faults across the hosts of the
+# network test bed, tests/testbed/run.sh), and the C programs again under
 # AddressSanitizer and valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +74,10 @@ python3 -m unittest discover -s tests/launcher
 python3 -m unittest discover -s tests/setup
 scripts/dist-diff
 scripts/dist-python.sh
+# Across hosts: a 4-host network test bed (scripts/testbed: namespaces, shaped links), a job
+# through kvstore-launch --launcher ssh, a slowed link, a short partition, a killed host.
+export KVSTORE_REQUIRE_TESTBED=1
+tests/testbed/run.sh --no-build
 # Hosted mode: unchanged training scripts on pure MXNet and with libkvstore hosting its store.
 tests/hosted/run.sh
 # dist_sync's rank-order sums and joins of workers that run out of data, through Python.

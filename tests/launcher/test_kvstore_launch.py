@@ -170,10 +170,45 @@ class HostfileLaunchers(unittest.TestCase):
         self.assertIn("--map-by", opts)
         self.assertNotIn("plm_rsh_args", opts)
 
+    def test_testbed_hostfile_one_process_per_host_servers_first(self):
+        # scripts/testbed's hostfile: the job is placed as on a real cluster, one process per
+        # host, servers on the first hosts (--map-by node over --host in file order).
+        hf = self.hostfile("kvtb1 slots=1\nkvtb2 slots=1\nkvtb3 slots=1\nkvtb4 slots=1\n")
+        opts, ctx = contexts(build(["-n", "2", "-s", "2", "-H", hf, "--launcher", "ssh", "./a.out"]))
+        self.assertEqual(opts[opts.index("--host") + 1], "kvtb1:1,kvtb2:1,kvtb3:1,kvtb4:1")
+        self.assertEqual(opts[opts.index("--map-by") + 1], "node")
+        self.assertNotIn("--oversubscribe", opts)
+        self.assertNotIn("lo", opts)
+        self.assertEqual([(c[1], c[c.index("env") + 1]) for c in ctx],
+                         [("2", "DMLC_ROLE=server"), ("2", "DMLC_ROLE=worker")])
+
     def test_ssh_with_several_ports_is_refused(self):
         hf = self.hostfile("a:22\nb:2222\n")
         with self.assertRaisesRegex(launch.LaunchError, "several ssh ports"):
             build(["-n", "1", "-H", hf, "./a.out"])
+
+
+class MCAParameters(unittest.TestCase):
+    def test_mca_goes_to_mpirun_after_the_launchers_own(self):
+        opts, _ = contexts(build(["-n", "1", "--launcher", "local", "--mca", "btl", "self,tcp",
+                                  "--mca", "oob_tcp_keepalive_time", "10", "./a.out"]))
+        pairs = [(opts[i + 1], opts[i + 2]) for i, w in enumerate(opts) if w == "--mca"]
+        self.assertIn(("btl", "self,vader,tcp"), pairs)
+        self.assertEqual(pairs[-2:], [("btl", "self,tcp"), ("oob_tcp_keepalive_time", "10")])
+
+    def test_mca_with_a_hostfile(self):
+        f = tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False)
+        f.write("kvtb1 slots=1\nkvtb2 slots=1\n")
+        f.close()
+        self.addCleanup(os.unlink, f.name)
+        opts, _ = contexts(build(["-n", "1", "-s", "1", "-H", f.name, "--mca", "btl_tcp_if_include",
+                                  "198.18.0.0/24", "./a.out"]))
+        i = opts.index("btl_tcp_if_include")
+        self.assertEqual(opts[i - 1:i + 2], ["--mca", "btl_tcp_if_include", "198.18.0.0/24"])
+
+    def test_bad_mca_name(self):
+        with self.assertRaisesRegex(launch.LaunchError, "MCA parameter name"):
+            build(["-n", "1", "--mca", "btl tcp", "x", "./a.out"])
 
 
 class BadInput(unittest.TestCase):
