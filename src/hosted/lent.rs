@@ -7,9 +7,11 @@
 //!
 //! Which arrays: what the host reports decides, per array and per call. The array must be
 //! dense, on a CPU context (`cpu`, `cpu_pinned`, `cpu_shared`), non-empty, of a dtype hosted
-//! mode stores, with memory aligned to its element size. `MXNDArrayGetData` gives the memory,
-//! first reordering a oneDNN-laid-out array into the plain layout (waiting for its writers,
-//! as the host documents). Every other array crosses through a staging array (`super::store`).
+//! mode stores, with memory aligned to its element size, and seen by the store in an earlier
+//! call ([`Lender`]: an operator's fresh output may yet be laid out in a oneDNN layout by the
+//! op producing it). `MXNDArrayGetData` gives the memory, first reordering a
+//! oneDNN-laid-out array into the plain layout (waiting for its writers, as the host
+//! documents). Every other array crosses through a staging array (`super::store`).
 //! An array whose chunk another array of the same call already lends (a view of it, or the
 //! same array in another layout) is staged too: two tokens on one host dependency in one op
 //! would make the host's engine wait on itself.
@@ -29,8 +31,10 @@ use crate::engine::engine;
 use crate::ffi::NDArrayHandle;
 use crate::ndarray::ForeignBytes;
 use crate::{NDArray, Result};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The bit that marks a lent array's token, so the host engine checks its layout at op time
 /// ([`unplain`]). Tokens are host array handles, so their low bits are otherwise zero.
@@ -96,39 +100,185 @@ fn chunk_of(array: NDArrayHandle) -> usize {
     unsafe { *(array as *const usize) }
 }
 
-/// One call's lent arrays: each host chunk lent once, so one op never lists two tokens of one
-/// host dependency (see the module's text).
-#[derive(Default)]
-pub(super) struct Lending {
-    by_chunk: HashMap<usize, (NDArrayHandle, usize, NDArray)>,
+/// Tokens of lent arrays the host's engine found laid out anew at op time ([`unplain`]):
+/// their arrays are staged from then on.
+static UNPLAIN: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static ANY_UNPLAIN: AtomicBool = AtomicBool::new(false);
+
+/// A host array the store has seen, by handle. It holds a host handle sharing the array's
+/// chunk (so the chunk, and its address, stay this array's while the entry lives: seeing the
+/// same handle over the same chunk again is the same array), and, once lent, the native array
+/// over its memory (whose variable then owns that handle as its token).
+struct Seen {
+    chunk: usize,
+    holds: Holds,
+    on_host: bool,
+    used: u64,
+    bytes: usize,
+    /// Found laid out anew at op time: staged from now on.
+    unplain: bool,
 }
 
-impl Lending {
+enum Holds {
+    /// A shallow copy of the array, not lent yet.
+    Handle(usize),
+    /// Lent: the memory's start, dtype and shape, and the native array over it.
+    Native { ptr: usize, dtype: crate::DType, shape: Vec<i64>, native: NDArray },
+}
+
+/// The host arrays a hosted store has seen, so that an array is lent only from its second
+/// call on: the first call stages it. A new array every call (an operator's fresh output,
+/// whose producing op may still lay it out in a oneDNN layout) is therefore always staged;
+/// arrays a program keeps (gradients, weights) are lent.
+///
+/// Entries not used for a window of calls go (the window: as many calls as there are entries,
+/// at least 1024), sooner where the bytes they hold more than double (plus 256 MiB) since the
+/// last sweep: a program that passes a new array every call does not keep them all alive.
+#[derive(Default)]
+pub(super) struct Lender {
+    seen: Mutex<SeenArrays>,
+}
+
+#[derive(Default)]
+struct SeenArrays {
+    by_handle: HashMap<usize, Seen>,
+    calls: u64,
+    swept_at: u64,
+    bytes: usize,
+    bytes_at_sweep: usize,
+}
+
+impl SeenArrays {
+    fn sweep_if_due(&mut self, host: &Host) {
+        const SLACK: usize = 256 << 20;
+        let window = self.by_handle.len().max(1024) as u64;
+        let due = self.calls - self.swept_at > window || self.bytes > 2 * self.bytes_at_sweep + SLACK;
+        if !due {
+            return;
+        }
+        let since = self.swept_at;
+        let stale: Vec<usize> = self.by_handle.iter().filter(|(_, s)| s.used <= since).map(|(&h, _)| h).collect();
+        for h in stale {
+            if let Some(s) = self.by_handle.remove(&h) {
+                self.bytes -= s.bytes;
+                s.holds.release(host);
+            }
+        }
+        self.swept_at = self.calls;
+        self.bytes_at_sweep = self.bytes;
+    }
+
+    /// Marks the arrays whose lent tokens were found laid out anew.
+    fn take_unplain(&mut self, host: &Host) {
+        if !ANY_UNPLAIN.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let tokens = std::mem::take(&mut *UNPLAIN.lock());
+        for s in self.by_handle.values_mut() {
+            if let Holds::Native { native, .. } = &s.holds {
+                let token = engine().host_token(native.var()).ok().flatten().map(|t| handle_of(t) as usize);
+                if token.is_some_and(|t| tokens.contains(&t)) {
+                    s.unplain = true;
+                    std::mem::replace(&mut s.holds, Holds::Handle(0)).release(host);
+                }
+            }
+        }
+    }
+}
+
+impl Holds {
+    fn release(self, host: &Host) {
+        match self {
+            Holds::Handle(0) => {}
+            Holds::Handle(h) => host.forget(h as NDArrayHandle),
+            // Its variable releases the token once queued ops are done with the array.
+            Holds::Native { native, .. } => drop(native),
+        }
+    }
+}
+
+impl Lender {
+    /// Lets every array go (the store is going).
+    pub fn clear(&self, host: &Host) {
+        let mut seen = self.seen.lock();
+        for (_, s) in seen.by_handle.drain() {
+            s.holds.release(host);
+        }
+    }
+}
+
+/// One call's lending: each host chunk lent once in a call, so one op never lists two tokens
+/// of one host dependency (see the module's text).
+pub(super) struct Lending<'a> {
+    lender: &'a Lender,
+    by_chunk: HashMap<usize, (NDArrayHandle, NDArray)>,
+}
+
+impl<'a> Lending<'a> {
+    /// A call's lending from `lender`'s arrays.
+    pub fn new(host: &Host, lender: &'a Lender) -> Lending<'a> {
+        let mut seen = lender.seen.lock();
+        seen.calls += 1;
+        seen.take_unplain(host);
+        seen.sweep_if_due(host);
+        Lending { lender, by_chunk: HashMap::new() }
+    }
+
     /// A native array over `array`'s own memory, or `None` where it must be staged.
     pub fn lend(&mut self, host: &Host, array: NDArrayHandle, d: &Described) -> Result<Option<NDArray>> {
         if !enabled() || d.stype != DENSE || dl_type(d.dtype).is_err() || d.shape.iter().any(|&n| n <= 0) {
             return Ok(None);
         }
         let chunk = chunk_of(array);
-        if let Some((handle, _, native)) = self.by_chunk.get(&chunk) {
+        if let Some((handle, native)) = self.by_chunk.get(&chunk) {
             // The same handle again (a value that is also its output): the same native array.
             return Ok((*handle == array).then(|| native.clone()));
         }
-        if !HOST_DEVICE_TYPES.contains(&host.device_type(array)?) {
+        let mut guard = self.lender.seen.lock();
+        let seen = &mut *guard;
+        let calls = seen.calls;
+        let len = dims(&d.shape).iter().product::<usize>() * d.dtype.size();
+        let known = seen.by_handle.get(&(array as usize)).is_some_and(|s| s.chunk == chunk);
+        if !known {
+            let on_host = HOST_DEVICE_TYPES.contains(&host.device_type(array)?);
+            let token = host.shallow_copy(array)? as usize;
+            let entry = Seen { chunk, holds: Holds::Handle(token), on_host, used: calls, bytes: len, unplain: false };
+            seen.bytes += len;
+            if let Some(old) = seen.by_handle.insert(array as usize, entry) {
+                seen.bytes -= old.bytes;
+                old.holds.release(host);
+            }
+            return Ok(None);
+        }
+        let Some(entry) = seen.by_handle.get_mut(&(array as usize)) else { return Ok(None) };
+        entry.used = calls;
+        if entry.unplain || !entry.on_host {
             return Ok(None);
         }
         let ptr = host.data_ptr(array)?;
-        let len = dims(&d.shape).iter().product::<usize>() * d.dtype.size();
         if ptr.is_null() || (ptr as usize) % d.dtype.size() != 0 {
             return Ok(None);
         }
-        let native = NDArray::over_foreign(&dims(&d.shape), d.dtype, Box::new(LentBytes { ptr, len }))?;
-        let token = host.shallow_copy(array)?;
-        if !engine().bind_host_token(native.var(), token as usize | LENT_TOKEN) {
-            host.forget(token);
-            crate::bail!("the host's engine has shut down: no store call can run");
+        let reusable = matches!(&entry.holds, Holds::Native { ptr: p, dtype, shape, .. } if *p == ptr as usize && *dtype == d.dtype && *shape == d.shape);
+        if !reusable {
+            let token = match std::mem::replace(&mut entry.holds, Holds::Handle(0)) {
+                Holds::Handle(h) if h != 0 => h,
+                other => {
+                    other.release(host);
+                    host.shallow_copy(array)? as usize
+                }
+            };
+            let native = NDArray::over_foreign(&dims(&d.shape), d.dtype, Box::new(LentBytes { ptr, len }))?;
+            if !engine().bind_host_token(native.var(), token | LENT_TOKEN) {
+                host.forget(token as NDArrayHandle);
+                crate::bail!("the host's engine has shut down: no store call can run");
+            }
+            entry.holds = Holds::Native { ptr: ptr as usize, dtype: d.dtype, shape: d.shape.clone(), native };
         }
-        self.by_chunk.insert(chunk, (array, ptr as usize, native.clone()));
+        let Holds::Native { native, .. } = &entry.holds else { return Ok(None) };
+        let native = native.clone();
+        drop(guard);
+        self.by_chunk.insert(chunk, (array, native.clone()));
         Ok(Some(native))
     }
 }
@@ -142,6 +292,8 @@ pub(super) fn unplain(host: &Host, handles: &[NDArrayHandle]) -> Option<String> 
         // out-pointer; the host answers without waiting (it refuses a oneDNN layout).
         let rc = unsafe { (host.api.to_dlpack)(h, &mut managed) };
         if rc != 0 {
+            UNPLAIN.lock().push(h as usize);
+            ANY_UNPLAIN.store(true, Ordering::Release);
             return Some(format!(
                 "a host array the store reads or writes in place was laid out anew by a host op queued before this one (the host says: {}); \
                  wait for such arrays before passing them to the store, or set {ZERO_COPY_VAR}=0",

@@ -18,7 +18,7 @@ use super::dlpack::HostArray;
 use super::engine::named;
 use super::fence::host_turn;
 use super::host::{describe, Described, Host, DENSE, ROW_SPARSE};
-use super::lent::Lending;
+use super::lent::{Lender, Lending};
 use super::key::{drop_source_for_test, sum_failure_for_test, with_native_keys, Key};
 use super::sparse::{self, dims};
 use crate::engine::engine;
@@ -93,6 +93,8 @@ pub(super) struct HostedStore {
     /// updater (called inside a push) may call the store again.
     calls: ReentrantMutex<()>,
     staging: Mutex<HashMap<Slot, Staging>>,
+    /// The host arrays seen, lent in place from their second call on.
+    lender: Lender,
     /// The host arrays updaters get, over the store's sums and stored values.
     views: Arc<Views>,
 }
@@ -155,6 +157,7 @@ impl HostedStore {
             native,
             calls: ReentrantMutex::new(()),
             staging: Mutex::new(HashMap::new()),
+            lender: Lender::default(),
             views: Arc::default(),
         })
     }
@@ -176,7 +179,7 @@ impl HostedStore {
     /// staging arrays (the copies into them, or out of them after the store's pull, to make in
     /// a turn); row_sparse values by their parts, now; row_sparse outputs get native arrays of
     /// their own, read back once the store is done.
-    fn cross(&self, host: &Host, keys: &[Key], arrays: &[NDArrayHandle], outputs: bool, lending: &mut Lending, crossed: &mut Crossed) -> Result<()> {
+    fn cross(&self, host: &Host, keys: &[Key], arrays: &[NDArrayHandle], outputs: bool, lending: &mut Lending<'_>, crossed: &mut Crossed) -> Result<()> {
         let mut cache = self.staging.lock();
         let mut seen: HashMap<&Key, usize> = HashMap::new();
         // A key's dense outputs of one shape and dtype share a staging array: the store pulls
@@ -268,7 +271,7 @@ impl HostedStore {
     fn push(&self, host: &Host, keys: Vec<Key>, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
-        self.cross(host, &keys, values, false, &mut Lending::default(), &mut crossed)?;
+        self.cross(host, &keys, values, false, &mut Lending::new(host, &self.lender), &mut crossed)?;
         self.fill(host, &crossed, priority)?;
         drop_last_sources_for_test(&mut crossed);
         with_native_keys(&crossed.keys, |ks| self.native.push(ks, std::mem::take(&mut crossed.natives), priority))
@@ -277,7 +280,7 @@ impl HostedStore {
     fn pull(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
-        self.cross(host, &keys, outs, true, &mut Lending::default(), &mut crossed)?;
+        self.cross(host, &keys, outs, true, &mut Lending::new(host, &self.lender), &mut crossed)?;
         if ignore_sparse {
             // The store skips them: they keep what they hold.
             crossed.sparse_outs.clear();
@@ -289,7 +292,7 @@ impl HostedStore {
     /// `PushPull`: one call of the store (it checks the push and the pull before either runs).
     fn push_pull(&self, host: &Host, vkeys: Vec<Key>, values: &[NDArrayHandle], okeys: Vec<Key>, outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
-        let mut lending = Lending::default();
+        let mut lending = Lending::new(host, &self.lender);
         let mut pushed = Crossed::default();
         self.cross(host, &vkeys, values, false, &mut lending, &mut pushed)?;
         let mut pulled = Crossed::default();
@@ -310,7 +313,7 @@ impl HostedStore {
         let _call = self.calls.lock();
         let natives = self.cross_init(host, &vkeys, values)?;
         let mut pulled = Crossed::default();
-        self.cross(host, &okeys, outs, true, &mut Lending::default(), &mut pulled)?;
+        self.cross(host, &okeys, outs, true, &mut Lending::new(host, &self.lender), &mut pulled)?;
         pulled.sparse_outs.clear();
         with_native_keys(&vkeys, |vks| {
             with_native_keys(&pulled.keys, |oks| self.native.broadcast(vks, &natives, oks, std::mem::take(&mut pulled.natives), priority))
@@ -324,7 +327,7 @@ impl HostedStore {
     fn pull_row_sparse(&self, host: &Host, keys: Vec<Key>, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
         let _call = self.calls.lock();
         let mut crossed = Crossed::default();
-        self.cross(host, &keys, outs, true, &mut Lending::default(), &mut crossed)?;
+        self.cross(host, &keys, outs, true, &mut Lending::new(host, &self.lender), &mut crossed)?;
         let mut ids = Vec::with_capacity(row_ids.len());
         for (k, r) in keys.iter().zip(row_ids) {
             let d = describe(host, *r)?;
@@ -404,6 +407,7 @@ impl Drop for HostedStore {
         for (_, v) in std::mem::take(&mut *self.views.0.lock()) {
             v.free(host);
         }
+        self.lender.clear(host);
     }
 }
 

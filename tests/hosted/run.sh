@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hosted mode on the reference wheel: unchanged training scripts (tests/hosted/train.py) run on
 # pure MXNet and in hosted mode, stdout compared byte for byte; a negative control that must
-# make the comparison fail; the proofs (tests/hosted/proof.py); the distributed section (training
+# make the comparison fail; the proofs (tests/hosted/proof.py, tests/hosted/lending.py); the distributed section (training
 # comparisons on ps-lite and hosted MPI, row_sparse checks); the refusal of a non-1.9 host.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -95,6 +95,16 @@ hosted "$py" tests/hosted/handles.py
 echo "pure MXNet:"; "$py" tests/hosted/proof.py pure 2>/dev/null
 echo "hosted:"
 hosted "$py" tests/hosted/proof.py hosted
+
+# Plain CPU arrays are lent to the store in place (no copy after an array's first call);
+# oneDNN layouts, in-place push-pulls, two handles of one array and views keep their values.
+# Also with lending off, and under NaiveEngine (every host op runs on the calling thread).
+echo "lending, pure MXNet:"; timeout -k 5 300 "$py" tests/hosted/lending.py pure 2>/dev/null
+echo "lending, hosted:"; hosted timeout -k 5 300 "$py" tests/hosted/lending.py hosted
+echo "lending off (KVSTORE_HOSTED_ZERO_COPY=0):"
+KVSTORE_HOSTED_ZERO_COPY=0 hosted timeout -k 5 300 "$py" tests/hosted/lending.py hosted > "$out/lending.txt"; sed -n 2p "$out/lending.txt"
+echo "lending under NaiveEngine:"
+MXNET_ENGINE_TYPE=NaiveEngine hosted timeout -k 5 300 "$py" tests/hosted/lending.py hosted > "$out/lending.txt"; tail -1 "$out/lending.txt"
 
 # A dist_sync training job, 2 workers + 1 server on loopback: pure MXNet (ps-lite) against
 # hosted mode on libkvstore's MPI store. ps-lite numbers its workers in no fixed order, so each

@@ -1,0 +1,125 @@
+"""Hosted mode lends plain CPU host arrays to the store in place (src/hosted/lent.rs), run in
+hosted mode (and, where the values are the point, on pure MXNet too):
+- from an array's second call on, a push and a pull make no host copy at all (the host's
+  profiler counts no `MXImperativeInvoke` and no `CopyCPU2CPU`); the first call stages it;
+  with KVSTORE_HOSTED_ZERO_COPY=0 every call copies, as before lending;
+- oneDNN layouts are never read or written as plain memory: a fresh convolution output pushed
+  every call, weights an inference-mode convolution laid out anew pulled into, a convolution
+  output recomputed into the same array each call;
+- one array as a push-pull's value and output (Gluon's in-place allreduce), two handles of one
+  array in one call (no wait on itself), and views (slices) keep their values and neighbours.
+usage: lending.py hosted|pure
+"""
+import os
+import sys
+
+import mxnet as mx
+import numpy as np
+
+mode = sys.argv[1]
+hosted = mode == "hosted"
+lending = hosted and os.environ.get("KVSTORE_HOSTED_ZERO_COPY", "1") != "0"
+ctxs = [mx.cpu(0), mx.cpu(1)]
+
+
+def profiled(calls):
+    """The host's count of operator invocations and CPU copies while `calls` runs."""
+    mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=os.devnull)
+    mx.profiler.set_state("run")
+    calls()
+    mx.nd.waitall()
+    mx.profiler.set_state("stop")
+    table = mx.profiler.dumps(reset=True)
+    count = lambda name: sum(int(l.split()[1]) for l in table.splitlines() if l.split()[:1] == [name])
+    return count("MXImperativeInvoke"), count("CopyCPU2CPU")
+
+
+# 1. No copy from an array's second call on.
+kv = mx.kv.create("device")
+kv.init(0, mx.nd.zeros((1000,)))
+grads = [mx.nd.ones((1000,), ctx=c) * (i + 1) for i, c in enumerate(ctxs)]
+outs = [mx.nd.zeros((1000,), ctx=c) for c in ctxs]
+step = lambda: (kv.push(0, grads), kv.pull(0, out=outs))
+if hosted:
+    first = profiled(step)
+    later = profiled(lambda: [step() for _ in range(3)])
+    print("copies of the first call:", "some" if first[1] else "none")
+    if lending:
+        assert first[1] > 0, first
+        assert later == (0, 0), later
+        print("copies of later calls: none")
+    else:
+        assert later[1] >= 12, later
+        print("copies of later calls (KVSTORE_HOSTED_ZERO_COPY=0): every value and output")
+else:
+    step()
+for o in outs:
+    assert (o.asnumpy() == 3).all(), o.asnumpy()[:3]
+print("pushed and pulled values: ok")
+
+# 2. A fresh convolution output every call (oneDNN lays it out in blocks when its op runs).
+x = mx.nd.array(np.random.RandomState(0).uniform(-1, 1, (2, 8, 12, 12)))
+w = mx.nd.array(np.random.RandomState(1).uniform(-1, 1, (16, 8, 3, 3)))
+conv = lambda data, weight, **kw: mx.nd.Convolution(data, weight, no_bias=True, kernel=(3, 3), num_filter=16, **kw)
+kv.init(1, mx.nd.zeros((2, 16, 10, 10)))
+out = mx.nd.zeros((2, 16, 10, 10))
+for scale in (1, 2, 3):
+    y = conv(x * scale, w)
+    kv.push(1, [y, y * 2])
+    kv.pull(1, out=out)
+    expect = 3 * y.asnumpy()
+    assert np.allclose(out.asnumpy(), expect, rtol=1e-5, atol=1e-5), abs(out.asnumpy() - expect).max()
+print("fresh convolution outputs pushed: ok")
+
+# 3. The same array recomputed by a convolution each call, then pushed.
+y = mx.nd.zeros((2, 16, 10, 10))
+for scale in (1, 2, 3):
+    conv(x * scale, w, out=y)
+    kv.push(1, y)
+    kv.pull(1, out=out)
+    assert np.allclose(out.asnumpy(), y.asnumpy(), rtol=1e-5, atol=1e-5)
+print("a convolution output recomputed in place, pushed: ok")
+
+# 4. Pulled into weights that an inference-mode convolution laid out anew.
+kv.init(2, w * 0.5)
+weight = w.copy()
+for _ in range(3):
+    conv(x, weight).wait_to_read()   # not recording: oneDNN may reorder `weight` itself
+    kv.pull(2, out=weight)
+    got = conv(x, weight).asnumpy()
+    expect = conv(x, w * 0.5).asnumpy()
+    assert np.allclose(got, expect, rtol=1e-5, atol=1e-5), abs(got - expect).max()
+    assert np.allclose(weight.asnumpy(), (w * 0.5).asnumpy())
+print("pulled into weights a convolution laid out anew: ok")
+
+# 5. One array as a push-pull's value and output, on every context (Gluon's allreduce).
+kv.init(3, mx.nd.zeros((64,)))
+arrays = [mx.nd.ones((64,), ctx=c) * (i + 2) for i, c in enumerate(ctxs)]
+for _ in range(3):
+    before = sum(a.asnumpy() for a in arrays)
+    kv.pushpull(3, arrays, out=arrays)
+    for a in arrays:
+        assert (a.asnumpy() == before).all(), (a.asnumpy()[:3], before[:3])
+print("push-pull in place: ok")
+
+# 6. Two handles of one array in one call (a reshaped view): each read once, no self-wait.
+kv.init(4, mx.nd.zeros((4, 16)))
+flat = mx.nd.ones((64,)) * 3
+for _ in range(3):
+    kv.push(4, [flat.reshape((4, 16)), flat.reshape((4, 16))])
+    o = mx.nd.zeros((4, 16))
+    kv.pull(4, out=[o, flat.reshape((4, 16))])
+    assert (o.asnumpy() == 6).all() and (flat.asnumpy() == 6).all(), (o.asnumpy()[0, :3], flat.asnumpy()[:3])
+    flat[:] = 3
+print("two handles of one array in a call: ok")
+
+# 7. Views: a slice pushed and pulled into a slice leaves the other rows alone.
+big = mx.nd.arange(0, 40).reshape((10, 4))
+kv.init(5, mx.nd.zeros((2, 4)))
+for _ in range(3):
+    kv.push(5, big[2:4])
+    dst = mx.nd.ones((10, 4)) * -1
+    kv.pull(5, out=dst[6:8])
+    d = dst.asnumpy()
+    assert (d[6:8] == big.asnumpy()[2:4]).all() and (d[:6] == -1).all() and (d[8:] == -1).all(), d
+print("views: ok")
