@@ -49,7 +49,7 @@ impl ServedStore for KVStore {
     }
 
     fn updaters(&self, int: MXKVStoreUpdater, string: MXKVStoreStrUpdater, user: *mut c_void) -> Result<Option<Updaters>> {
-        Ok(Some(Updaters { int: updater::int_updater(int, user), string: updater::str_updater(string, user), batch: None }))
+        Ok(Some(Updaters { int: updater::int_updater(int, user), string: updater::str_updater(string, user) }))
     }
 }
 

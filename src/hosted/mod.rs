@@ -6,13 +6,12 @@
 //! `host` loads the library and checks its version, `routing` fills the slot table,
 //! `engine` runs libkvstore's engine ops in the host's engine, `dlpack` wraps libkvstore's
 //! memory as host arrays, `store` carries the host's arrays into libkvstore's one store
-//! (`fence` orders host ops on memory the store's ops also use, `sparse` crosses row_sparse
-//! arrays), `ffi` its exports.
+//! (`lent` lends plain host arrays to it in place, `sparse` crosses row_sparse arrays), `ffi`
+//! its exports.
 
 mod async_op;
 mod dlpack;
 mod engine;
-mod fence;
 mod ffi;
 mod host;
 mod host_error;

@@ -2,23 +2,25 @@
 //! dist stores) serving the host's arrays. The store holds, checks, sums and updates; this
 //! module only carries the host's arrays across:
 //!
-//! - a dense value or output crosses through a staging array, one per key and position,
+//! - a plain dense CPU array the store has seen before is lent to it in place (`super::lent`):
+//!   the store's ops read and write the host array's own memory, on its own dependency;
+//! - any other dense value or output crosses through a staging array, one per key and position,
 //!   that is a native array and a host array at once (`HostArray::over_native`): the host's
 //!   `_copyto` fills it (or empties it into the output), and the host's engine, which runs
 //!   the store's ops too (`super::engine`), orders the copies with them on one dependency of
 //!   the host's (the staging array's token), so a call returns at once, as MXNet's does;
 //! - a row_sparse array crosses by its parts (`sparse`), waiting on the calling thread;
-//! - an updater gets host arrays over the store's sum and stored value, its host ops ordered
-//!   after the sum and before the store's next use of the value by a [`host_turn`].
+//! - an updater gets host arrays over the store's sum and stored value that are those arrays'
+//!   dependencies in the host's engine ([`Views`]), so its host ops are ordered after the sum
+//!   and before the store's next use of the value with no op of the store's in between.
 //!
 //! Every call reaches the store in one piece, which checks all of it before queuing anything
 //! (the staging arrays are the only thing a refused call has touched).
 
 use super::dlpack::HostArray;
 use super::engine::named;
-use super::fence::host_turn;
 use super::host::{describe, Described, Host, DENSE, ROW_SPARSE};
-use super::lent::{Lender, Lending};
+use super::lent::{handle_of, Lender, Lending, LENT_TOKEN};
 use super::key::{drop_source_for_test, sum_failure_for_test, with_native_keys, Key};
 use super::sparse::{self, dims};
 use crate::engine::engine;
@@ -30,7 +32,6 @@ use crate::{Context, DType, NDArray, Result};
 use parking_lot::{Mutex, ReentrantMutex};
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::Arc;
 
@@ -101,31 +102,77 @@ pub(super) struct HostedStore {
 
 /// Host arrays over the store's arrays that updaters get, kept across calls: making one is a
 /// host call, and the store hands every update of a key the same sum buffer and stored value.
-/// Each holds its native array, so the memory (the key here) is not reused while it is kept.
+/// Each is bound to its native array's dependency (the native array's token is a shallow copy
+/// of it), so the updater's host ops on it are ordered with the store's ops directly, with no
+/// turn. Each holds its native array, so the memory (the key here) is not reused while kept.
 #[derive(Default)]
-struct Views(Mutex<HashMap<(usize, usize, DType, Vec<usize>), HostArray>>);
+struct Views(Mutex<HashMap<(usize, usize, DType, Vec<usize>), (HostArray, NDArray)>>);
 
 impl Views {
     /// More than this many kept (arrays the store has since replaced), all are let go.
     const MOST: usize = 4096;
 
     fn over(&self, host: &Host, array: &NDArray) -> Result<NDArrayHandle> {
+        // A host array lent to the store (a single pushed value handed on as the sum): the
+        // host's own array, which is what MXNet's updater gets too.
+        if let Some(token) = engine().host_token(array.var())?.filter(|t| t & LENT_TOKEN != 0) {
+            return Ok(handle_of(token));
+        }
         let key = (array.data_ptr() as usize, array.data_byte_len(), array.dtype(), array.shape().to_vec());
         let mut views = self.0.lock();
-        if let Some(v) = views.get(&key) {
+        if let Some((v, _)) = views.get(&key) {
             return Ok(v.handle);
         }
         if views.len() >= Self::MOST {
-            // Queued host ops hold their own references.
-            views.drain().for_each(|(_, v)| v.forget(host));
+            views.drain().for_each(|(_, (v, native))| unbind(host, v, &native, false));
         }
         let view = HostArray::over_native(host, array)?;
+        // The store's ops queued so far are on the array's old token: they finish before the
+        // view becomes its dependency (once per array, at its first update).
+        let bound = engine()
+            .host_token(array.var())?
+            .map_or(Ok(()), |old| host.wait_to_write(handle_of(old)))
+            .and_then(|()| host.shallow_copy(view.handle));
+        let token = match bound {
+            Ok(token) => token,
+            Err(e) => {
+                view.forget(host);
+                return Err(e);
+            }
+        };
+        engine().release_host_token(array.var());
+        if !engine().bind_host_token(array.var(), token as usize) {
+            host.forget(token);
+            view.forget(host);
+            crate::bail!("the host's engine has shut down: no store call can run");
+        }
         let handle = view.handle;
-        views.insert(key, view);
+        views.insert(key, (view, array.clone()));
         Ok(handle)
+    }
+
+    /// Lets every view go, waiting for their host ops (the store is going).
+    fn free_all(&self, host: &Host) {
+        for (_, (v, native)) in std::mem::take(&mut *self.0.lock()) {
+            unbind(host, v, &native, true);
+        }
     }
 }
 
+/// Lets a view go: the store's later ops on its native array get a new token, after the
+/// view's ops (the view is the array's dependency until then). The token goes first: it holds
+/// the view, which holds the native array, which holds the token.
+fn unbind(host: &Host, view: HostArray, native: &NDArray, free: bool) {
+    if !super::shut_down() {
+        let _ = host.wait_to_write(view.handle);
+    }
+    engine().release_host_token(native.var());
+    if free {
+        view.free(host);
+    } else {
+        view.forget(host);
+    }
+}
 
 /// The arrays hosted mode carries across: dense and row_sparse ones.
 fn crossable(key: &Key, d: &Described, what: &str) -> Result<()> {
@@ -150,7 +197,7 @@ impl HostedStore {
             "store type {name}: hosted mode serves `local`, `device` and the `dist` stores; GPU stores are later work"
         );
         let native = KVStore::new(&lower)?;
-        // The updaters' host ops are ordered by turns (`updater_in_turn`).
+        // The updaters' host ops are ordered by the views' dependencies (`Views::over`).
         native.set_updaters_wait(false);
         Ok(HostedStore {
             is_dist: crate::store::dist::dist_mode(&lower).is_some(),
@@ -176,8 +223,8 @@ impl HostedStore {
     }
 
     /// Crosses a call's values (or, with `outputs`, its outputs) over: dense ones through
-    /// staging arrays (the copies into them, or out of them after the store's pull, to make in
-    /// a turn); row_sparse values by their parts, now; row_sparse outputs get native arrays of
+    /// staging arrays (the copies into them, or out of them after the store's pull), unless
+    /// lent; row_sparse values by their parts, now; row_sparse outputs get native arrays of
     /// their own, read back once the store is done.
     fn cross(&self, host: &Host, keys: &[Key], arrays: &[NDArrayHandle], outputs: bool, lending: &mut Lending<'_>, crossed: &mut Crossed) -> Result<()> {
         let mut cache = self.staging.lock();
@@ -338,7 +385,8 @@ impl HostedStore {
         self.empty(host, &crossed)
     }
 
-    /// The store's updaters calling the frontend's: in a turn on a worker's store; on a server
+    /// The store's updaters calling the frontend's: on host arrays bound to the store's
+    /// (`Views`) on a worker's store; on a server
     /// (Python's `kvstore_server` installs the pickled optimizer from the controller) waiting,
     /// as the server reads the value as soon as its updater returns. A dist worker keeps an
     /// updater it never calls (MXNet's does too): `None`.
@@ -363,7 +411,7 @@ impl HostedStore {
                         crate::store::dist::abort_job(&format!("the hosted server's updater for key {key} failed in the host: {}", e.message()));
                     }
                 } else {
-                    updater_in_turn(host, &views, &recv, &local, update);
+                    update_on_host(host, &views, &recv, &local, update);
                 }
             });
             call
@@ -373,17 +421,11 @@ impl HostedStore {
             let call: crate::store::StrUpdater = Arc::new(move |key: &CStr, recv: NDArray, local: NDArray| {
                 let key: *const c_char = key.as_ptr();
                 // SAFETY: as for the int updater; `key` lives through the call.
-                updater_in_turn(host, &views, &recv, &local, |r, l| unsafe { f(key, r, l, user as *mut c_void) });
+                update_on_host(host, &views, &recv, &local, |r, l| unsafe { f(key, r, l, user as *mut c_void) });
             });
             call
         });
-        let batch: Option<crate::store::UpdateBatch> = (!on_server).then(|| {
-            let views = Arc::clone(&views);
-            let batch: crate::store::UpdateBatch =
-                Arc::new(move |pairs: &[(NDArray, NDArray)], calls: &mut dyn FnMut()| batch_in_turn(host, &views, pairs, calls));
-            batch
-        });
-        Ok(Some(Updaters { int, string, batch }))
+        Ok(Some(Updaters { int, string }))
     }
 
 }
@@ -404,9 +446,7 @@ impl Drop for HostedStore {
             engine().release_host_token(s.native.var());
             s.host.free(host);
         }
-        for (_, v) in std::mem::take(&mut *self.views.0.lock()) {
-            v.free(host);
-        }
+        self.views.free_all(host);
         self.lender.clear(host);
     }
 }
@@ -463,10 +503,10 @@ fn copies(host: &Host, crossed: &Crossed) -> Result<()> {
 }
 
 /// One updater call on a worker's store: host arrays over the sum and the stored value, the
-/// frontend's updater queuing its host ops on them in a turn. row_sparse arrays cross by their
+/// frontend's updater queuing its host ops on them. row_sparse arrays cross by their
 /// parts, waiting. A failure that leaves the stored value unknown is kept on it, for the next
 /// pull to report.
-fn updater_in_turn(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) {
+fn update_on_host(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) {
     let outcome = if recv.stype() != crate::StorageType::Default || local.stype() != crate::StorageType::Default {
         sparse::update_now(host, recv, local, update)
     } else {
@@ -493,55 +533,9 @@ fn dense_update(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, upd
         update(r, l);
         Ok(())
     };
-    if IN_BATCH_TURN.with(Cell::get) {
-        // The push's turn, opened around all its updater calls, orders these arrays already.
-        return call();
-    }
-    let turn = [(recv.clone(), recv_host), (local.clone(), local_host)];
-    host_turn(host, c"KVStoreUpdate", &turn, 0, call)
-}
-
-thread_local! {
-    /// Set while a push's updater calls run inside one turn (`batch_in_turn`).
-    static IN_BATCH_TURN: Cell<bool> = const { Cell::new(false) };
-}
-
-/// A push's updater calls in one turn over every dense array they get (two host ops for the
-/// push, not two per key). Where the host arrays over them cannot be made, each call takes
-/// its own turn, as without a batch.
-fn batch_in_turn(host: &Host, views: &Views, pairs: &[(NDArray, NDArray)], calls: &mut dyn FnMut()) {
-    let dense = |a: &NDArray| a.stype() == crate::StorageType::Default;
-    let mut turn = Vec::with_capacity(2 * pairs.len());
-    for (recv, local) in pairs.iter().filter(|(r, l)| dense(r) && dense(l)) {
-        match (views.over(host, recv), views.over(host, local)) {
-            (Ok(r), Ok(l)) => turn.extend([(recv.clone(), r), (local.clone(), l)]),
-            _ => return calls(),
-        }
-    }
-    let mut called = false;
-    let ran = host_turn(host, c"KVStoreUpdate", &turn, 0, || {
-        called = true;
-        IN_BATCH_TURN.with(|b| b.set(true));
-        struct Reset;
-        impl Drop for Reset {
-            fn drop(&mut self) {
-                IN_BATCH_TURN.with(|b| b.set(false));
-            }
-        }
-        let _reset = Reset;
-        calls();
-        Ok(())
-    });
-    // Not opened (the host refused its op): the calls have not run, and the store runs them
-    // one by one, each in its own turn. Not closed: the stored values are unknown now, and
-    // their next pull reports why.
-    if let (Err(e), true) = (ran, called) {
-        let why = format!("the hosted updater failed: {}", e.message());
-        for (_, local) in pairs {
-            let why = why.clone();
-            engine().push(&[], &[local.var()], 0, move |_| Err(crate::Error::new(why)));
-        }
-    }
+    // The views are the arrays' dependencies (`Views::over`): the host orders the updater's
+    // ops with the store's.
+    call()
 }
 
 /// The test-only negative control (`KVSTORE_HOSTED_TEST_DROP_SOURCE=1`): a key pushed several

@@ -18,7 +18,7 @@ mod updater;
 
 pub use keys::{KeyRegistry, KeyType, Keys};
 pub use comm::{Comm, Rules, Servers, StoreKind};
-pub use updater::{IntUpdater, StrUpdater, UpdateBatch, UpdaterKey, Updaters};
+pub use updater::{IntUpdater, StrUpdater, UpdaterKey, Updaters};
 
 use crate::backend::{CompressedSumJob, GradientCompression, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
@@ -646,28 +646,6 @@ impl KVStore {
     /// (MXNet's updater ops would read the failed sum and pass its failure on to the stored
     /// value). A merge buffer goes back to its key once its updater has returned.
     fn call_updaters(&self, calls: Vec<UpdaterCall>) {
-        let waits = self.updaters_wait.load(std::sync::atomic::Ordering::Relaxed);
-        let batch = match calls.first() {
-            Some(first) if calls.len() > 1 && !waits => first.updaters.batch.clone(),
-            _ => None,
-        };
-        let Some(batch) = batch else {
-            return self.call_each_updater(calls);
-        };
-        let pairs: Vec<(NDArray, NDArray)> = calls.iter().map(|c| (c.recv.clone(), c.local.clone())).collect();
-        let mut calls = Some(calls);
-        batch(&pairs, &mut || {
-            if let Some(calls) = calls.take() {
-                self.call_each_updater(calls);
-            }
-        });
-        // A batch that did not run them (it failed before): they still run, one by one.
-        if let Some(calls) = calls.take() {
-            self.call_each_updater(calls);
-        }
-    }
-
-    fn call_each_updater(&self, calls: Vec<UpdaterCall>) {
         for c in calls {
             let _trace = profiler::span(Class::Call, "update", || vec![("bytes", Arg::Int(c.recv.data_byte_len() as i64))]);
             let turn = turns::take((self as *const KVStore as usize, c.id));

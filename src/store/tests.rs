@@ -81,43 +81,6 @@ fn updater_receives_sums_in_ascending_key_order() {
 }
 
 #[test]
-fn a_batch_runs_a_pushs_updater_calls_once_around_all_of_them_and_only_where_calls_do_not_wait() {
-    let kv = KVStore::new("local").unwrap();
-    let log = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (l1, l2) = (Arc::clone(&log), Arc::clone(&log));
-    let updaters = Updaters {
-        int: Some(Arc::new(move |key, recv: NDArray, local: NDArray| {
-            l1.lock().push(format!("update {key}"));
-            // The calls do not wait for their arrays here: the updater orders its own work.
-            let (r, l) = (recv.clone(), local.clone());
-            crate::engine::engine().push(&[recv.var()], &[local.var()], 0, move |_| {
-                let sum = r.read_bytes(|b| b.to_vec());
-                l.write_bytes(|d| d.copy_from_slice(&sum));
-                Ok(())
-            });
-        })),
-        string: None,
-        batch: Some(Arc::new(move |pairs: &[(NDArray, NDArray)], calls: &mut dyn FnMut()| {
-            l2.lock().push(format!("open {}", pairs.len()));
-            calls();
-            l2.lock().push("close".to_string());
-        })),
-    };
-    kv.init(Keys::Int(&[4, 2]), &[filled(0.0, 2, 0), filled(0.0, 2, 0)]).unwrap();
-    kv.set_updaters(updaters.clone());
-    kv.set_updaters_wait(false);
-    kv.push(Keys::Int(&[4, 2, 4]), &[filled(1.0, 2, 0), filled(3.0, 2, 1), filled(1.0, 2, 1)], 0).unwrap();
-    assert_eq!(*log.lock(), ["open 2", "update 2", "update 4", "close"]);
-    assert_eq!((pull_one(&kv, 2, 2), pull_one(&kv, 4, 2)), (vec![3.0; 2], vec![2.0; 2]));
-    // One call: no batch. Calls that wait for their arrays (C updaters): never a batch.
-    log.lock().clear();
-    kv.push(Keys::Int(&[2]), &[filled(5.0, 2, 0)], 0).unwrap();
-    kv.set_updaters_wait(true);
-    kv.push(Keys::Int(&[4, 2]), &[filled(6.0, 2, 0), filled(7.0, 2, 0)], 0).unwrap();
-    assert_eq!(*log.lock(), ["update 2", "update 2", "update 4"]);
-}
-
-#[test]
 fn string_store_with_only_an_int_updater_passes_internal_ids() {
     let kv = KVStore::new("local").unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -131,7 +94,6 @@ fn string_store_with_only_an_int_updater_passes_internal_ids() {
     kv.set_updaters(Updaters {
         int: None,
         string: Some(Arc::new(move |key: &std::ffi::CStr, _r, _l| n.lock().push(key.to_str().unwrap().to_string()))),
-        batch: None,
     });
     kv.push(Keys::Str(&["a", "b"]), &[filled(1.0, 1, 0), filled(1.0, 1, 0)], 0).unwrap();
     assert_eq!(*names.lock(), vec!["b".to_string(), "a".to_string()]);

@@ -9,11 +9,6 @@ pub type IntUpdater = Arc<dyn Fn(i32, NDArray, NDArray) + Send + Sync>;
 /// `updater(key, recv, local)` for string keys.
 pub type StrUpdater = Arc<dyn Fn(&CStr, NDArray, NDArray) + Send + Sync>;
 
-/// Runs one push's updater calls as a batch: given every `(recv, local)` pair the calls get,
-/// it runs `calls` (all of them) once, around whatever orders their work as one (hosted mode:
-/// one turn in the host's engine for the whole push instead of one per key).
-pub type UpdateBatch = Arc<dyn Fn(&[(NDArray, NDArray)], &mut dyn FnMut()) + Send + Sync>;
-
 /// The installed updaters; none means pushes assign the sum.
 #[derive(Clone, Default)]
 pub struct Updaters {
@@ -21,9 +16,6 @@ pub struct Updaters {
     pub int: Option<IntUpdater>,
     /// Installed by `SetUpdaterEx`.
     pub string: Option<StrUpdater>,
-    /// How a push with several updater calls makes them, where the calls do not wait for
-    /// their arrays first (`KVStore::set_updaters_wait(false)`); `None`: one by one.
-    pub batch: Option<UpdateBatch>,
 }
 
 /// The key an updater call receives.

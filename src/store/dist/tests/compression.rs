@@ -9,7 +9,7 @@ use Role::{Server, Worker};
 fn two_bit_pushes_carry_the_threshold_and_keep_the_rest_as_residual() {
     let log: UpdateLog = Arc::default();
     let servers: ServerSetup = Arc::new(move |store| {
-        store.set_updaters(Updaters { int: Some(adding_updater(store.rank(), &log)), string: None, batch: None });
+        store.set_updaters(Updaters { int: Some(adding_updater(store.rank(), &log)), string: None });
         None
     });
     run_job(

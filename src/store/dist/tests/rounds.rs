@@ -57,7 +57,7 @@ fn big_keys_are_split_over_the_servers_and_each_updates_its_part() {
     let log: UpdateLog = Arc::default();
     let l = Arc::clone(&log);
     let servers: ServerSetup = Arc::new(move |store| {
-        store.set_updaters(Updaters { int: Some(adding_updater(store.rank(), &l)), string: None, batch: None });
+        store.set_updaters(Updaters { int: Some(adding_updater(store.rank(), &l)), string: None });
         None
     });
     // An odd number of elements, past the bound: 1001 * 1001.
