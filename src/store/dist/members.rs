@@ -113,6 +113,7 @@ mod tests {
     fn barriers_wait_for_the_workers_that_have_not_joined() {
         // Workers are world ranks 2, 3, 4.
         let mut m = Members::new(vec![2, 3, 4]);
+        assert!(m.missing().is_empty(), "no barrier in progress: no one is waited for");
         assert!(m.barrier(2, 10, false).unwrap().is_empty());
         assert!(m.barrier(3, 11, false).unwrap().is_empty());
         // Worker 2 (world 4) finishes instead of reaching the barrier: the others go on.
@@ -121,13 +122,15 @@ mod tests {
         assert!(m.barrier(4, 13, false).is_err(), "a joined worker's barrier is refused");
         assert!(m.active_worker(4, &|| "a push".into()).is_err());
         assert_eq!(m.active_worker(3, &|| "a push".into()).unwrap(), 1);
-        assert!(m.missing().is_empty(), "no barrier in progress: no one is waited for");
+        // Only the exit barrier, which world rank 4 reached, is in progress.
+        assert_eq!(m.missing(), vec![(2, true), (3, true)]);
         assert!(m.barrier(2, 14, false).unwrap().is_empty());
         // Worker 2 (world 4) has joined: only world rank 3 is waited for, and world rank 4
         // at the exit barrier it reached.
         assert_eq!(m.missing(), vec![(3, false), (2, true), (3, true)]);
         assert_eq!(m.barrier(3, 15, false).unwrap(), vec![(2, 14), (3, 15)]);
         // The exit barrier completes with the last worker's arrival.
+        assert_eq!(m.missing(), vec![(2, true), (3, true)], "no worker barrier in progress");
         assert!(m.barrier(2, 16, true).is_err(), "exit before join is refused");
         m.join(2).unwrap();
         m.join(3).unwrap();
