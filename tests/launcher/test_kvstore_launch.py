@@ -313,6 +313,14 @@ class Relay(unittest.TestCase):
         hung_up = "An MPI communication peer process has unexpectedly disconnected.\n  Peer host:  h2\n"
         self.assertIn("on host h2", launch.diagnose(hung_up.splitlines(), 1))
 
+    def test_a_rank_that_exited_non_zero_is_named(self):
+        text = ("mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+                "the job to be terminated. The first process to do so was:\n\n"
+                "  Process name: [[5260,1],1]\n  Exit code:    3\n")
+        self.assertEqual(launch.diagnose(text.splitlines(), 1),
+                         "kvstore-launch: rank 1 (worker 0) exited with code 3; Open MPI ended the job")
+        self.assertIsNone(launch.diagnose(["WARNING: something harmless"], 1))
+
     def test_other_messages_pass_unchanged_after_a_quiet_moment(self):
         relay, written = self.relay()
         block = "-" * 74 + "\nWARNING: something harmless\n" + "-" * 74 + "\n"
