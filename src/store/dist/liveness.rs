@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The timeout when `KVSTORE_DIST_TIMEOUT` is not set: long enough to ride out a network
 /// outage of half a minute (the TCP retransmissions after one take as long again), short
@@ -57,6 +57,11 @@ pub fn heartbeat_interval(t: Duration) -> Duration {
 /// (a silent peer is reported at most this long after the timeout).
 pub fn check_interval(t: Duration) -> Duration {
     (t / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// A monitor's sleep of `every` that took longer than this: its own process was stopped.
+fn self_stall(every: Duration) -> Duration {
+    every * 2 + Duration::from_millis(500)
 }
 
 /// What a rank waits for.
@@ -212,10 +217,23 @@ pub fn start_monitor(watch: &Arc<Watch>, peers: Weak<dyn Peers>, timeout: Option
     drop(node);
     let watch = Arc::clone(watch);
     let every = check_interval(timeout);
+    let mut last = Instant::now();
+    let mut judge_from = last;
     let _ = std::thread::Builder::new().name("kvstore-dist-monitor".into()).spawn(move || loop {
         std::thread::sleep(every);
         if watch.stopped.load(Ordering::SeqCst) {
             return;
+        }
+        // A sleep that overran by far means this process itself was stopped or starved: its
+        // own heartbeat thread has not yet read what its peers sent meanwhile, so every peer
+        // would look silent. Judge again once that thread has caught up.
+        let now = Instant::now();
+        if now.duration_since(last) > self_stall(every) {
+            judge_from = now + heartbeat_interval(timeout);
+        }
+        last = now;
+        if now < judge_from {
+            continue;
         }
         let Some(node) = peers.upgrade() else { return };
         let owed = watch.owed(&others);
@@ -225,7 +243,9 @@ pub fn start_monitor(watch: &Arc<Watch>, peers: Weak<dyn Peers>, timeout: Option
             }
             let me = node.me();
             let label = watch.label.lock().clone();
-            eprintln!(
+            // One write: mpirun relays each read of a rank's stderr as it comes, so a line
+            // written in pieces interleaves with other ranks' reports of the same silence.
+            let line = format!(
                 "libkvstore: {label} (MPI rank {me} on host {}): no message from {} on host {} for {:.1} s (KVSTORE_DIST_TIMEOUT={} s) while waiting for {}; aborting the MPI job",
                 node.host(me),
                 node.describe(owe.peer),
@@ -234,6 +254,7 @@ pub fn start_monitor(watch: &Arc<Watch>, peers: Weak<dyn Peers>, timeout: Option
                 timeout.as_secs_f64(),
                 owe.what
             );
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), format!("{line}\n").as_bytes());
             node.abort(1);
         }
     });
