@@ -4,7 +4,13 @@
  * worker runs ROUNDS rounds of push + pull of two keys (key 3: 8 values on one server; key 9:
  * 1000 values, split over the servers when MXNET_KVSTORE_BIGARRAY_BOUND=100), with a worker
  * barrier every 10 rounds and a short pause between rounds, and prints a hash of everything
- * it pulled per key, then "ok". The servers keep no updater: each pull is the round's sum. */
+ * it pulled per key, then "ok". The servers keep no updater: each pull is the round's sum.
+ *
+ *   dist_stall                 as above
+ *   dist_stall busy SECONDS    busy but alive peers: the servers run an updater (stored +=
+ *                              sum) whose 5th update of key 9 computes for SECONDS, and
+ *                              worker 1 computes for SECONDS before its 15th round's push; the
+ *                              pulls are the same bits whatever SECONDS is */
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
 #include <time.h>
@@ -33,6 +39,33 @@ static void write_pid(const char *role, int rank) {
   }
 }
 
+static double busy_s;
+
+/* Keeps a core busy for `seconds` (a long update or compute phase: the process is alive). */
+static void compute_for(double seconds) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  volatile double x = 0;
+  do {
+    for (int i = 0; i < 100000; i++) x += 1e-9 * i;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) < seconds);
+}
+
+static int updates_of_key9;
+
+/* stored += sum; the 5th update of key 9 first computes for busy_s seconds. */
+static void slow_updater(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
+  (void)user;
+  if (key == 9 && ++updates_of_key9 == 5) compute_for(busy_s);
+  int nd;
+  const int *dims;
+  CHECK(MXNDArrayGetShapeEx(local, &nd, &dims));
+  size_t n = 1;
+  for (int i = 0; i < nd; i++) n *= (size_t)dims[i];
+  update_add_scaled(recv, local, n, 1.0f, NULL, NULL);
+}
+
 static uint64_t lcg;
 
 static float next_value(void) {
@@ -52,7 +85,9 @@ static void absorb(int k, NDArrayHandle h, size_t n) {
   free(b);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  int busy = argc > 2 && strcmp(argv[1], "busy") == 0;
+  if (busy) busy_s = atof(argv[2]);
   int is_worker;
   CHECK(MXKVStoreIsWorkerNode(&is_worker));
   KVStoreHandle kv;
@@ -61,6 +96,7 @@ int main(void) {
   CHECK(MXKVStoreGetRank(kv, &rank));
   if (!is_worker) {
     write_pid("server", rank);
+    if (busy) CHECK(MXKVStoreSetUpdater(kv, slow_updater, NULL));
     CHECK(MXKVStoreRunServer(kv, NULL, NULL));
     CHECK(MXKVStoreFree(kv));
     return 0;
@@ -71,6 +107,7 @@ int main(void) {
   CHECK(MXKVStoreInit(kv, 2, keys, init));
   struct timespec pause = {0, 40 * 1000 * 1000};
   for (int round = 0; round < ROUNDS; round++) {
+    if (busy && rank == 1 && round == 14) compute_for(busy_s);
     NDArrayHandle vals[2], outs[2];
     for (int k = 0; k < 2; k++) {
       lcg = (uint64_t)(rank + 1) * 1000003u + (uint64_t)round * 7919u + (uint64_t)keys[k] * 104729u;

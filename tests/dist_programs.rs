@@ -357,6 +357,11 @@ fn hostname() -> String {
 /// `settings` (`--env` values), and applies `fault` once every process has written its pid
 /// (the workers after their first round: mid-job).
 fn stall_job(settings: &[&str], fault: Option<Fault>) -> StallRun {
+    stall_job_with(&[], settings, fault)
+}
+
+/// As `stall_job`, with `args` to the program.
+fn stall_job_with(args: &[&str], settings: &[&str], fault: Option<Fault>) -> StallRun {
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let exe = build("dist_stall");
     let dir = std::env::temp_dir().join(format!("kvstore-stall-{}-{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)));
@@ -368,7 +373,7 @@ fn stall_job(settings: &[&str], fault: Option<Fault>) -> StallRun {
     for s in ["MXNET_KVSTORE_BIGARRAY_BOUND=100", "KVSTORE_DIST_EXIT_TIMEOUT=60", &dir_setting].iter().chain(settings) {
         cmd.args(["--env", s]);
     }
-    cmd.arg(&exe).env_remove("DMLC_ROLE").env_remove("KVSTORE_DIST_TIMEOUT");
+    cmd.arg(&exe).args(args).env_remove("DMLC_ROLE").env_remove("KVSTORE_DIST_TIMEOUT");
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("run scripts/kvstore-launch");
     let pid_files = ["server-0", "server-1", "worker-0", "worker-1"].map(|stem| dir.join(format!("{stem}.pid")));
@@ -466,6 +471,21 @@ fn a_stall_shorter_than_the_timeout_changes_nothing() {
         let stalled = stall_hashes(&format!("dist_stall with {target} stopped for 2 s"), &run);
         assert_eq!(quiet, stalled, "{target} stopped for 2 s: the pulls differ from an undisturbed run");
     }
+}
+
+/// Busy peers are not silent ones: with `KVSTORE_DIST_TIMEOUT=2`, a server whose updater
+/// computes for 5 s (its receiver waits for it meanwhile) and a worker that computes for 5 s
+/// before a push (the servers' round waits for it) keep their heartbeats going; the job passes
+/// with the same bits as without the long phases.
+#[test]
+fn busy_peers_are_not_mistaken_for_silent_ones() {
+    if !mpirun_available() {
+        return;
+    }
+    let (quick, busy) = (stall_job_with(&["busy", "0"], &["KVSTORE_DIST_TIMEOUT=2"], None), stall_job_with(&["busy", "5"], &["KVSTORE_DIST_TIMEOUT=2"], None));
+    let quick = stall_hashes("dist_stall busy 0", &quick);
+    let slow = stall_hashes("dist_stall busy 5 (phases of 5 s, KVSTORE_DIST_TIMEOUT=2)", &busy);
+    assert_eq!(quick, slow, "long update and compute phases changed the pulls");
 }
 
 /// A killed server ends the job within seconds (Open MPI sees the death), and the first line
