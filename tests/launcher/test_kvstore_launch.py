@@ -332,6 +332,9 @@ class Relay(unittest.TestCase):
         self.assertEqual("".join(written), block)
         relay.feed(b"later output\n", 9.0)
         self.assertEqual(written[-1], "later output\n")
+        # A progress bar's redraws and a line not yet ended pass at once.
+        relay.feed(b"\r 50%", 9.1)
+        self.assertEqual(written[-1], "\r 50%")
 
 
 if __name__ == "__main__":
