@@ -308,3 +308,199 @@ fn workers_that_run_out_of_data_join_and_the_others_finish() {
         assert_job_passed(&format!("dist_join compressed, {workers} workers 2 servers"), &out, workers);
     }
 }
+
+/// A signal sent to one process of a `dist_stall` job: `target` is its pid file's stem
+/// ("server-1", "worker-0"), `resume_after` sends SIGCONT that long after.
+struct Fault {
+    target: &'static str,
+    signal: &'static str,
+    resume_after: Option<Duration>,
+}
+
+/// What a `dist_stall` job did.
+struct StallRun {
+    out: Output,
+    /// From the fault's signal to the launcher's exit.
+    after_signal: Duration,
+    /// Every process of the job, by pid.
+    pids: Vec<u32>,
+}
+
+impl StallRun {
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+
+    /// The processes of the job still alive (zombies, dead but not yet reaped by whoever
+    /// inherited them, do not count).
+    fn left(&self) -> Vec<u32> {
+        let alive = |pid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+        };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let left: Vec<u32> = self.pids.iter().copied().filter(|&p| alive(p)).collect();
+            if left.is_empty() || Instant::now() > deadline {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// This machine's name, as MPI's processor name reports it.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").expect("read the host name").trim().to_string()
+}
+
+/// Runs `ctests/dist_stall.c` (2 servers, 2 workers) through `scripts/kvstore-launch` with
+/// `settings` (`--env` values), and applies `fault` once every process has written its pid
+/// (the workers after their first round: mid-job).
+fn stall_job(settings: &[&str], fault: Option<Fault>) -> StallRun {
+    stall_job_with(&[], settings, fault)
+}
+
+/// As `stall_job`, with `args` to the program.
+fn stall_job_with(args: &[&str], settings: &[&str], fault: Option<Fault>) -> StallRun {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let exe = build("dist_stall");
+    let dir = std::env::temp_dir().join(format!("kvstore-stall-{}-{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("make the pid directory");
+    let mut cmd = Command::new("python3");
+    cmd.arg(root().join("scripts/kvstore-launch")).args(["-n", "2", "-s", "2", "--launcher", "local", "--timeout", "120"]);
+    let dir_setting = format!("DIST_STALL_DIR={}", dir.display());
+    for s in ["MXNET_KVSTORE_BIGARRAY_BOUND=100", "KVSTORE_DIST_EXIT_TIMEOUT=60", &dir_setting].iter().chain(settings) {
+        cmd.args(["--env", s]);
+    }
+    cmd.arg(&exe).args(args).env_remove("DMLC_ROLE").env_remove("KVSTORE_DIST_TIMEOUT");
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("run scripts/kvstore-launch");
+    let pid_files = ["server-0", "server-1", "worker-0", "worker-1"].map(|stem| dir.join(format!("{stem}.pid")));
+    let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let (stdout, stderr) = (read(Box::new(stdout)), read(Box::new(stderr)));
+    let started = Instant::now();
+    let mut pids = Vec::new();
+    let mut signalled = None;
+    while pids.len() < pid_files.len() && child.try_wait().expect("poll the launcher").is_none() && started.elapsed() < Duration::from_secs(100) {
+        pids = pid_files.iter().filter_map(|f| std::fs::read_to_string(f).ok()?.trim().parse::<u32>().ok()).collect();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Some(fault) = fault {
+        assert_eq!(pids.len(), pid_files.len(), "the job ended (or hung) before every process wrote its pid");
+        std::thread::sleep(Duration::from_millis(200));
+        let pid = std::fs::read_to_string(dir.join(format!("{}.pid", fault.target))).expect("the target's pid").trim().to_string();
+        let kill = |signal: &str| assert!(Command::new("kill").args([&format!("-{signal}"), &pid]).status().is_ok_and(|s| s.success()), "kill -{signal} {pid}");
+        kill(fault.signal);
+        signalled = Some(Instant::now());
+        if let Some(after) = fault.resume_after {
+            std::thread::sleep(after);
+            kill("CONT");
+        }
+    }
+    let status = child.wait().expect("wait for the launcher");
+    let after_signal = signalled.map_or(Duration::ZERO, |t| t.elapsed());
+    let out = Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() };
+    let _ = std::fs::remove_dir_all(&dir);
+    StallRun { out, after_signal, pids }
+}
+
+/// The `hash` lines of a passed `dist_stall` job (the same on both workers), once.
+fn stall_hashes(what: &str, run: &StallRun) -> Vec<String> {
+    reproducible_hashes(what, &run.out, 2)
+}
+
+/// A server stopped (SIGSTOP, never resumed) mid-job for longer than `KVSTORE_DIST_TIMEOUT`
+/// (3 s): the workers waiting for its answers end the job — every rank, the stopped one too —
+/// within the timeout and a few seconds, naming the server, its host and what they waited
+/// for. Without the timeout the job would hang until mpirun's `--timeout` (120 s).
+#[test]
+fn a_stopped_server_ends_the_job_after_the_timeout_naming_it() {
+    if !mpirun_available() {
+        return;
+    }
+    let run = stall_job(&["KVSTORE_DIST_TIMEOUT=3"], Some(Fault { target: "server-1", signal: "STOP", resume_after: None }));
+    let stderr = run.stderr();
+    assert!(!run.out.status.success(), "the job with a stopped server exited 0:\n{stderr}");
+    assert!(run.after_signal < Duration::from_secs(3 + 7), "the job took {:?} after the stop to end:\n{stderr}", run.after_signal);
+    let named = format!("no message from server 1 (MPI rank 1) on host {} for ", hostname());
+    let line = stderr.lines().find(|l| l.contains(&named)).unwrap_or_else(|| panic!("no line naming the stopped server ({named}):\n{stderr}"));
+    assert!(line.contains("KVSTORE_DIST_TIMEOUT=3 s") && line.contains("while waiting for the "), "the line does not say what was waited for: {line}");
+    assert!(!String::from_utf8_lossy(&run.out.stdout).contains(" ok"), "a worker finished");
+    assert_eq!(run.left(), Vec::<u32>::new(), "processes of the job are still running");
+}
+
+/// A worker stopped mid-job: the server whose sync round (or barrier) waits for it ends the
+/// job, naming the worker; the other worker, waiting for a live server, does not.
+#[test]
+fn a_stopped_worker_ends_the_job_after_the_timeout_naming_it() {
+    if !mpirun_available() {
+        return;
+    }
+    let run = stall_job(&["KVSTORE_DIST_TIMEOUT=3"], Some(Fault { target: "worker-1", signal: "STOP", resume_after: None }));
+    let stderr = run.stderr();
+    assert!(!run.out.status.success(), "the job with a stopped worker exited 0:\n{stderr}");
+    assert!(run.after_signal < Duration::from_secs(3 + 7), "the job took {:?} after the stop to end:\n{stderr}", run.after_signal);
+    let named = format!("no message from worker 1 (MPI rank 3) on host {} for ", hostname());
+    let line = stderr.lines().find(|l| l.contains(&named)).unwrap_or_else(|| panic!("no line naming the stopped worker ({named}):\n{stderr}"));
+    assert!(line.starts_with("libkvstore: server "), "not a server's report: {line}");
+    assert!(line.contains("while waiting for its push of key ") || line.contains("while waiting for it to reach the worker barrier"), "{line}");
+    assert!(!stderr.contains("no message from server"), "a live server was reported silent:\n{stderr}");
+    assert_eq!(run.left(), Vec::<u32>::new(), "processes of the job are still running");
+}
+
+/// Stalls shorter than the timeout (a worker, then a server, stopped for 2 s with
+/// `KVSTORE_DIST_TIMEOUT=6`) are ridden out: the job passes with the same bits as an
+/// undisturbed run. (The two tests above are the control: the same stop, longer than the
+/// timeout, ends the job.)
+#[test]
+fn a_stall_shorter_than_the_timeout_changes_nothing() {
+    if !mpirun_available() {
+        return;
+    }
+    let quiet = stall_hashes("dist_stall undisturbed", &stall_job(&["KVSTORE_DIST_TIMEOUT=6"], None));
+    for target in ["worker-1", "server-0"] {
+        let run = stall_job(&["KVSTORE_DIST_TIMEOUT=6"], Some(Fault { target, signal: "STOP", resume_after: Some(Duration::from_secs(2)) }));
+        let stalled = stall_hashes(&format!("dist_stall with {target} stopped for 2 s"), &run);
+        assert_eq!(quiet, stalled, "{target} stopped for 2 s: the pulls differ from an undisturbed run");
+    }
+}
+
+/// Busy peers are not silent ones: with `KVSTORE_DIST_TIMEOUT=2`, a server whose updater
+/// computes for 5 s (its receiver waits for it meanwhile) and a worker that computes for 5 s
+/// before a push (the servers' round waits for it) keep their heartbeats going; the job passes
+/// with the same bits as without the long phases.
+#[test]
+fn busy_peers_are_not_mistaken_for_silent_ones() {
+    if !mpirun_available() {
+        return;
+    }
+    let (quick, busy) = (stall_job_with(&["busy", "0"], &["KVSTORE_DIST_TIMEOUT=2"], None), stall_job_with(&["busy", "5"], &["KVSTORE_DIST_TIMEOUT=2"], None));
+    let quick = stall_hashes("dist_stall busy 0", &quick);
+    let slow = stall_hashes("dist_stall busy 5 (phases of 5 s, KVSTORE_DIST_TIMEOUT=2)", &busy);
+    assert_eq!(quick, slow, "long update and compute phases changed the pulls");
+}
+
+/// A killed server ends the job within seconds (Open MPI sees the death), and the first line
+/// on stderr is the launcher's, naming the rank, its role and host, before Open MPI's.
+#[test]
+fn a_killed_server_ends_the_job_at_once_and_is_named_first() {
+    if !mpirun_available() {
+        return;
+    }
+    let run = stall_job(&[], Some(Fault { target: "server-1", signal: "KILL", resume_after: None }));
+    let stderr = run.stderr();
+    assert!(!run.out.status.success(), "the job with a killed server exited 0:\n{stderr}");
+    assert!(run.after_signal < Duration::from_secs(10), "the job took {:?} after the kill to end:\n{stderr}", run.after_signal);
+    let first = stderr.lines().next().unwrap_or_default();
+    let want = format!("kvstore-launch: rank 1 (server 1) on host {} was killed by signal 9", hostname());
+    assert!(first.starts_with(&want), "the first line does not name the killed server ({want}):\n{stderr}");
+    assert_eq!(run.left(), Vec::<u32>::new(), "processes of the job are still running");
+}

@@ -253,5 +253,124 @@ class BadInput(unittest.TestCase):
         self.assertIn("'print('\"'\"'a b'\"'\"')'", out.getvalue())
 
 
+def mca(cmd):
+    """The --mca settings of a command's global options, as a dict."""
+    opts, _ = contexts(cmd)
+    return {opts[i + 1]: opts[i + 2] for i, w in enumerate(opts) if w == "--mca"}
+
+
+class NetworkFaults(unittest.TestCase):
+    """mpirun's daemons get TCP keepalive settings derived from KVSTORE_DIST_TIMEOUT, so that
+    a host cut off for good ends the job in about that time; the timeout reaches every rank."""
+
+    def keepalive(self, cmd):
+        m = mca(cmd)
+        return tuple(m.get("oob_tcp_keepalive_" + k) for k in ("time", "intvl", "probes"))
+
+    def test_default_timeout_gives_a_minute_of_keepalive(self):
+        for launcher in (["--launcher", "local"], ["--launcher", "mpi", "-H", "hosts"]):
+            self.assertEqual(self.keepalive(build(["-n", "2"] + launcher + ["./a.out"])), ("54", "2", "3"))
+
+    def test_keepalive_follows_the_timeout_from_env_or_the_environment(self):
+        cmd = build(["-n", "2", "--env", "KVSTORE_DIST_TIMEOUT:10", "./a.out"])
+        self.assertEqual(self.keepalive(cmd), ("4", "2", "3"))
+        cmd = build(["-n", "2", "./a.out"], environ={"KVSTORE_DIST_TIMEOUT": "20"})
+        self.assertEqual(self.keepalive(cmd), ("14", "2", "3"))
+        _, ctx = contexts(cmd)
+        for c in ctx:
+            self.assertIn("KVSTORE_DIST_TIMEOUT", exports(c), "every rank must get the launcher's timeout")
+        # A short timeout still probes: the first probe after a second.
+        self.assertEqual(self.keepalive(build(["-n", "2", "--env", "KVSTORE_DIST_TIMEOUT=2.5", "./a.out"])), ("1", "2", "3"))
+
+    def test_no_timeout_leaves_open_mpi_defaults(self):
+        cmd = build(["-n", "2", "--env", "KVSTORE_DIST_TIMEOUT=0", "./a.out"])
+        self.assertEqual(self.keepalive(cmd), (None, None, None))
+
+    def test_settings_of_the_user_are_kept(self):
+        cmd = build(["-n", "2", "./a.out"], environ={"OMPI_MCA_oob_tcp_keepalive_time": "300"})
+        self.assertEqual(self.keepalive(cmd), (None, "2", "3"))
+
+    def test_bad_timeout_is_refused(self):
+        with self.assertRaisesRegex(launch.LaunchError, "KVSTORE_DIST_TIMEOUT"):
+            build(["-n", "2", "--env", "KVSTORE_DIST_TIMEOUT=soon", "./a.out"])
+
+
+# What mpirun (Open MPI 4.1) printed when server 1 of a 2-server 2-worker job was killed.
+KILLED_OUTPUT = """--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+--------------------------------------------------------------------------
+mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).
+--------------------------------------------------------------------------
+"""
+
+# Open MPI's report of a daemon lost to keepalive (help-errmgr-base.txt, node-died).
+LOST_HOST_OUTPUT = """--------------------------------------------------------------------------
+ORTE has lost communication with a remote daemon.
+
+  HNP daemon   : [[1234,0],0] on node launcher
+  Remote daemon: [[1234,0],2] on node h3
+
+This is usually due to either a failure of the TCP network
+connection to the node, or possibly an internal failure of
+the daemon itself. We cannot recover from this failure, and
+therefore will terminate the job.
+--------------------------------------------------------------------------
+"""
+
+
+class Relay(unittest.TestCase):
+    """mpirun's stderr goes through the launcher, which prints one line naming a dead rank or
+    a lost host before Open MPI's messages."""
+
+    def relay(self, servers=2):
+        written = []
+        return launch.Relay(lambda raw: written.append(raw.decode()), servers), written
+
+    def test_a_killed_rank_is_named_first(self):
+        relay, written = self.relay()
+        relay.feed(b"rank output before\n", 0.0)
+        for i, line in enumerate(KILLED_OUTPUT.splitlines(True)):
+            relay.feed(line.encode(), 1.0 + i * 0.1)
+        self.assertEqual(written, ["rank output before\n"], "Open MPI's block is held until it is complete")
+        relay.flush()
+        self.assertEqual(written[1], "kvstore-launch: rank 1 (server 1) on host vm was killed by signal 9 (Killed); Open MPI ended the job\n")
+        self.assertEqual("".join(written[2:]), KILLED_OUTPUT)
+
+    def test_workers_are_numbered_after_the_servers(self):
+        line = launch.diagnose(KILLED_OUTPUT.replace("rank 1 ", "rank 3 ").splitlines(), 2)
+        self.assertIn("rank 3 (worker 1) on host vm", line)
+
+    def test_a_lost_host_is_named(self):
+        line = launch.diagnose(LOST_HOST_OUTPUT.splitlines(), 1)
+        self.assertTrue(line.startswith("kvstore-launch: lost contact with host h3 "), line)
+        hung_up = "An MPI communication peer process has unexpectedly disconnected.\n  Peer host:  h2\n"
+        self.assertIn("on host h2", launch.diagnose(hung_up.splitlines(), 1))
+
+    def test_a_rank_that_exited_non_zero_is_named(self):
+        text = ("mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+                "the job to be terminated. The first process to do so was:\n\n"
+                "  Process name: [[5260,1],1]\n  Exit code:    3\n")
+        self.assertEqual(launch.diagnose(text.splitlines(), 1),
+                         "kvstore-launch: rank 1 (worker 0) exited with code 3; Open MPI ended the job")
+        self.assertIsNone(launch.diagnose(["WARNING: something harmless"], 1))
+
+    def test_other_messages_pass_unchanged_after_a_quiet_moment(self):
+        relay, written = self.relay()
+        block = "-" * 74 + "\nWARNING: something harmless\n" + "-" * 74 + "\n"
+        for line in block.splitlines(True):
+            relay.feed(line.encode(), 5.0)
+        relay.tick(5.0 + launch.Relay.QUIET_S / 2)
+        self.assertEqual(written, [])
+        relay.tick(5.0 + launch.Relay.QUIET_S)
+        self.assertEqual("".join(written), block)
+        relay.feed(b"later output\n", 9.0)
+        self.assertEqual(written[-1], "later output\n")
+        # A progress bar's redraws and a line not yet ended pass at once.
+        relay.feed(b"\r 50%", 9.1)
+        self.assertEqual(written[-1], "\r 50%")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -29,6 +29,11 @@ impl Members {
         Members { workers, joined: vec![false; n], waiting: Vec::new(), exiting: Vec::new() }
     }
 
+    /// The world ranks of the workers, by worker rank.
+    pub fn workers(&self) -> &[usize] {
+        &self.workers
+    }
+
     /// Which workers have joined, by worker rank.
     pub fn joined(&self) -> &[bool] {
         &self.joined
@@ -72,6 +77,21 @@ impl Members {
         Ok(self.release())
     }
 
+    /// The workers a barrier in progress waits for, by world rank, with whether it is the
+    /// exit barrier.
+    pub fn missing(&self) -> Vec<(usize, bool)> {
+        let mut out = Vec::new();
+        let arrived = |list: &[Waiter], w: usize| list.iter().any(|&(s, _)| s == w);
+        if !self.waiting.is_empty() {
+            let active = self.workers.iter().zip(&self.joined).filter(|(_, &j)| !j).map(|(&w, _)| w);
+            out.extend(active.filter(|&w| !arrived(&self.waiting, w)).map(|w| (w, false)));
+        }
+        if !self.exiting.is_empty() {
+            out.extend(self.workers.iter().filter(|&&w| !arrived(&self.exiting, w)).map(|&w| (w, true)));
+        }
+        out
+    }
+
     fn release(&mut self) -> Vec<Waiter> {
         let active = self.joined.iter().filter(|&&j| !j).count();
         let mut out = Vec::new();
@@ -93,6 +113,7 @@ mod tests {
     fn barriers_wait_for_the_workers_that_have_not_joined() {
         // Workers are world ranks 2, 3, 4.
         let mut m = Members::new(vec![2, 3, 4]);
+        assert!(m.missing().is_empty(), "no barrier in progress: no one is waited for");
         assert!(m.barrier(2, 10, false).unwrap().is_empty());
         assert!(m.barrier(3, 11, false).unwrap().is_empty());
         // Worker 2 (world 4) finishes instead of reaching the barrier: the others go on.
@@ -101,9 +122,15 @@ mod tests {
         assert!(m.barrier(4, 13, false).is_err(), "a joined worker's barrier is refused");
         assert!(m.active_worker(4, &|| "a push".into()).is_err());
         assert_eq!(m.active_worker(3, &|| "a push".into()).unwrap(), 1);
+        // Only the exit barrier, which world rank 4 reached, is in progress.
+        assert_eq!(m.missing(), vec![(2, true), (3, true)]);
         assert!(m.barrier(2, 14, false).unwrap().is_empty());
+        // Worker 2 (world 4) has joined: only world rank 3 is waited for, and world rank 4
+        // at the exit barrier it reached.
+        assert_eq!(m.missing(), vec![(3, false), (2, true), (3, true)]);
         assert_eq!(m.barrier(3, 15, false).unwrap(), vec![(2, 14), (3, 15)]);
         // The exit barrier completes with the last worker's arrival.
+        assert_eq!(m.missing(), vec![(2, true), (3, true)], "no worker barrier in progress");
         assert!(m.barrier(2, 16, true).is_err(), "exit before join is refused");
         m.join(2).unwrap();
         m.join(3).unwrap();

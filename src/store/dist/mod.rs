@@ -6,6 +6,7 @@
 
 pub mod command;
 mod failpoint;
+pub mod liveness;
 mod members;
 pub mod names;
 pub mod role;

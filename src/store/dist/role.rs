@@ -38,6 +38,15 @@ impl Role {
         }
     }
 
+    /// Its `DMLC_ROLE` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Worker => "worker",
+            Role::Server => "server",
+            Role::Scheduler => "scheduler",
+        }
+    }
+
     /// The number sent to the other processes at start-up.
     pub fn code(self) -> i32 {
         match self {

@@ -88,6 +88,16 @@ impl<V> Round<V> {
         Ok(self.order == SumOrder::Arrival || contributors <= 2)
     }
 
+    /// The worker ranks an open round waits for (not pushed, not joined), and how many have
+    /// pushed; nothing for a round no push has opened.
+    pub fn missing(&self, joined: &[bool]) -> (Vec<usize>, usize) {
+        if self.is_empty() {
+            return (Vec::new(), 0);
+        }
+        let missing = self.pushed.iter().zip(joined).enumerate().filter(|(_, (&p, &j))| !p && !j).map(|(r, _)| r).collect();
+        (missing, self.pushed.iter().filter(|&&p| p).count())
+    }
+
     /// Keeps an early value until the ranks before it have been folded.
     pub fn hold(&mut self, rank: usize, value: V) {
         self.held[rank] = Some(value);
@@ -227,6 +237,15 @@ mod tests {
         // Two workers, or two left after joins: either order is the same bits, nothing held.
         assert_eq!(folds(SumOrder::Rank, &[1, 0], &[false; 2]), vec![1, 0]);
         assert_eq!(folds(SumOrder::Rank, &[3, 1], &[true, false, true, false]), vec![3, 1]);
+    }
+
+    #[test]
+    fn an_open_round_waits_for_the_ranks_that_have_neither_pushed_nor_joined() {
+        let mut round: Round<usize> = Round::new(4, SumOrder::Rank);
+        assert_eq!(round.missing(&[false; 4]), (vec![], 0), "no push: the round owes nothing");
+        assert!(round.arrive(2, request(2), &[false; 4]).is_ok());
+        round.hold(2, 2);
+        assert_eq!(round.missing(&[false, true, false, false]), (vec![0, 3], 1));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use super::byte_kernels;
 use super::command::{decode_compression, Command};
+use super::liveness::{Owe, What};
 use super::members::{Members, Waiter};
 use super::round::{advance, sum_order, Folds, Request, Round, SumOrder};
 use super::role::Role;
@@ -124,6 +125,13 @@ impl Server {
         });
         let c = Arc::clone(&core);
         node.set_handler(Arc::new(move |source, bytes| c.handle(source, bytes)));
+        let weak = Arc::downgrade(&core);
+        node.watch.add_source(Box::new(move |out: &mut Vec<Owe>| {
+            if let Some(core) = weak.upgrade() {
+                core.owed(out);
+            }
+        }));
+        node.watch.set_label(format!("server {rank}"));
         Ok(Server { core, rank })
     }
 
@@ -146,7 +154,7 @@ impl Server {
     /// and controller calls), the final all-node barrier, then MPI is finalised.
     pub fn run(&self, controller: Option<Controller>) {
         *self.core.controller.write() = controller;
-        self.core.node.barrier_all();
+        self.core.node.barrier_all("at the start");
         let rx = self.core.jobs.1.clone();
         while let Ok(job) = rx.recv() {
             match job {
@@ -169,13 +177,27 @@ impl Server {
             }
         }
         let watchdog = super::exit_watchdog("server exit", &self.core.node);
-        self.core.node.barrier_all();
+        self.core.node.barrier_all("at exit");
         self.core.node.finalize();
         drop(watchdog);
     }
 }
 
 impl ServerCore {
+    /// What this server waits for from workers: the pushes of its open sync rounds, and
+    /// arrivals at a barrier in progress (server 0). Skipped, until the next look, while the
+    /// state is busy for longer than a moment.
+    fn owed(&self, out: &mut Vec<Owe>) {
+        let Some(state) = self.state.try_lock_for(std::time::Duration::from_millis(100)) else { return };
+        let workers = state.members.workers();
+        let joined = state.members.joined();
+        let rounds = state.entries.iter().map(|(k, e)| (*k, e.round.missing(joined))).chain(state.rsp.iter().map(|(k, e)| (*k, e.round.missing(joined))));
+        for (key, (missing, pushed)) in rounds {
+            out.extend(missing.into_iter().map(|r| Owe { peer: workers[r], what: What::RoundPush { key, pushed } }));
+        }
+        out.extend(state.members.missing().into_iter().map(|(peer, exit)| Owe { peer, what: What::BarrierArrival { exit } }));
+    }
+
     fn reply(&self, dest: usize, req: u64, result: std::result::Result<&[u8], String>) {
         let msg = match &result {
             Ok(data) => wire::encode(&Msg::Reply { req, ok: true, data }),
@@ -664,8 +686,8 @@ impl Scheduler {
 
     /// `RunServer` on the scheduler: the start and final all-node barriers.
     pub fn run(&self) {
-        self.node.barrier_all();
-        self.node.barrier_all();
+        self.node.barrier_all("at the start");
+        self.node.barrier_all("at exit");
         self.node.finalize();
     }
 }

@@ -6,6 +6,7 @@
 
 use super::byte_kernels;
 use super::command::{encode_compression, Command};
+use super::liveness::{Owe, What};
 use super::names::DistMode;
 use super::role::Role;
 use super::shard::{self, Part, RowPart};
@@ -82,6 +83,25 @@ impl Pending {
     }
 }
 
+/// A request sent to a server and not yet answered.
+struct Asked {
+    pending: Arc<Pending>,
+    /// Where in the target the answer goes.
+    offset: usize,
+    /// The server's world rank.
+    server: usize,
+    what: What,
+}
+
+impl Asked {
+    fn new(pending: &Arc<Pending>, offset: usize, server: usize, what: What) -> Asked {
+        Asked { pending: Arc::clone(pending), offset, server, what }
+    }
+}
+
+/// The requests of a worker awaiting answers, by request id.
+type PendingMap = Arc<Mutex<HashMap<u64, Asked>>>;
+
 #[derive(Default)]
 struct State {
     keys: HashMap<i32, KeyParts>,
@@ -101,7 +121,7 @@ pub struct Worker {
     servers: Vec<usize>,
     bound: usize,
     state: Mutex<State>,
-    pending: Arc<Mutex<HashMap<u64, (Arc<Pending>, usize)>>>,
+    pending: PendingMap,
     next_req: AtomicU64,
     /// The exit protocol has run.
     shut_down: std::sync::atomic::AtomicBool,
@@ -115,9 +135,22 @@ impl Worker {
         let servers = node.ranks_of(Role::Server);
         crate::ensure!(!servers.is_empty(), "a distributed store needs at least one server process (DMLC_ROLE=server) in the MPI job");
         let rank = workers.iter().position(|&r| r == node.rank).unwrap_or(0);
-        let pending: Arc<Mutex<HashMap<u64, (Arc<Pending>, usize)>>> = Arc::new(Mutex::new(HashMap::new()));
+        let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
         let p = Arc::clone(&pending);
         node.set_handler(Arc::new(move |_source, bytes| on_reply(&p, bytes)));
+        // The monitor sees every unanswered request as owed by its server.
+        let weak = Arc::downgrade(&pending);
+        node.watch.add_source(Box::new(move |out: &mut Vec<Owe>| {
+            if let Some(map) = weak.upgrade() {
+                out.extend(map.lock().values().map(|a| Owe { peer: a.server, what: a.what.clone() }));
+            }
+        }));
+        let name = match (mode.sync, mode.device) {
+            (false, _) => "dist_async",
+            (true, true) => "dist_device_sync",
+            (true, false) => "dist_sync",
+        };
+        node.watch.set_label(format!("{name} worker {rank}"));
         let worker = Worker {
             num_workers: workers.len(),
             node,
@@ -130,7 +163,7 @@ impl Worker {
             next_req: AtomicU64::new(1),
             shut_down: std::sync::atomic::AtomicBool::new(false),
         };
-        worker.node.barrier_all();
+        worker.node.barrier_all("at the start");
         if mode.sync && rank == 0 {
             worker.send_command(Command::SyncMode.id(), b"")?;
         }
@@ -160,24 +193,24 @@ impl Worker {
         self.mode
     }
 
-    /// Registers a request of `parts` answers.
-    fn register(&self, pending: &Arc<Pending>, offsets: &[usize]) -> Vec<u64> {
+    /// Registers a request to each of `dests` (world ranks).
+    fn register(&self, pending: &Arc<Pending>, dests: &[usize], what: &What) -> Vec<u64> {
         let mut map = self.pending.lock();
-        offsets
+        dests
             .iter()
-            .map(|&off| {
+            .map(|&dest| {
                 let req = self.next_req.fetch_add(1, Ordering::Relaxed);
-                map.insert(req, (Arc::clone(pending), off));
+                map.insert(req, Asked::new(pending, 0, dest, what.clone()));
                 req
             })
             .collect()
     }
 
     /// Sends a request (`encode(req)`) to each of `dests` (world ranks) and waits for every
-    /// answer.
-    fn ask(&self, dests: &[usize], encode: impl Fn(u64) -> Vec<u8>) -> Arc<Pending> {
+    /// answer (`what`: the request, for the monitor's message).
+    fn ask(&self, dests: &[usize], what: What, encode: impl Fn(u64) -> Vec<u8>) -> Arc<Pending> {
         let pending = Pending::new(dests.len(), None, None);
-        let reqs = self.register(&pending, &vec![0; dests.len()]);
+        let reqs = self.register(&pending, dests, &what);
         for (&dest, req) in dests.iter().zip(reqs) {
             self.node.send(dest, &encode(req));
         }
@@ -187,7 +220,7 @@ impl Worker {
 
     /// Sends command `id` to every server and waits for all of them to have handled it.
     pub fn send_command(&self, id: i32, body: &[u8]) -> Result<()> {
-        let pending = self.ask(&self.servers, |req| wire::encode(&Msg::Command { req, id, body }));
+        let pending = self.ask(&self.servers, What::Command { id }, |req| wire::encode(&Msg::Command { req, id, body }));
         let errors = pending.errors.lock();
         crate::ensure!(errors.is_empty(), "a server failed command {id}: {}", errors.join("; "));
         Ok(())
@@ -198,7 +231,7 @@ impl Worker {
         if self.mode.sync || self.state.lock().servers_update {
             return Ok(());
         }
-        let pending = self.ask(&self.servers, |req| wire::encode(&Msg::HasUpdater { req }));
+        let pending = self.ask(&self.servers, What::Request("the query whether it has an updater"), |req| wire::encode(&Msg::HasUpdater { req }));
         let all = pending.answers.lock().iter().all(|a| a.first() == Some(&1));
         crate::ensure!(
             all,
@@ -211,7 +244,8 @@ impl Worker {
     /// A worker barrier, coordinated by server 0 (`exit`: the exit barrier, which waits for
     /// every worker; a plain one waits for the workers that have not joined).
     fn barrier_at_server(&self, exit: bool) -> Result<()> {
-        let pending = self.ask(&self.servers[..1], |req| wire::encode(&Msg::Barrier { req, exit }));
+        let what = What::Request(if exit { "the exit barrier" } else { "the worker barrier" });
+        let pending = self.ask(&self.servers[..1], what, |req| wire::encode(&Msg::Barrier { req, exit }));
         let errors = pending.errors.lock();
         crate::ensure!(errors.is_empty(), "the worker barrier failed: {}", errors.join("; "));
         Ok(())
@@ -227,7 +261,7 @@ impl Worker {
         let Some((key, dtype, parts)) = parts else { return };
         for p in parts {
             let data = vec![0u8; p.len * dtype.size()];
-            let pending = self.ask(&[self.servers[p.server]], |req| wire::encode(&Msg::Push { req, key, dtype: dtype.code(), flags: 0, len: p.len as u64, data: &data }));
+            let pending = self.ask(&[self.servers[p.server]], What::Push { key, pull: false }, |req| wire::encode(&Msg::Push { req, key, dtype: dtype.code(), flags: 0, len: p.len as u64, data: &data }));
             let refusal = pending.errors.lock().first().cloned();
             match refusal {
                 Some(e) => eprintln!("libkvstore: test push after join: refused: {e}"),
@@ -238,7 +272,7 @@ impl Worker {
 
     /// Tells every server that this worker has finished (see `members`).
     fn join(&self) -> Result<()> {
-        let pending = self.ask(&self.servers, |req| wire::encode(&Msg::Join { req }));
+        let pending = self.ask(&self.servers, What::Request("the join"), |req| wire::encode(&Msg::Join { req }));
         let errors = pending.errors.lock();
         crate::ensure!(errors.is_empty(), "a server refused the join: {}", errors.join("; "));
         Ok(())
@@ -280,8 +314,9 @@ impl Worker {
             let pending = Pending::new(parts.len(), Some(done), want_data.then_some(target));
             {
                 let mut map = pending_map.lock();
+                let what = What::Push { key, pull: want_data };
                 for (i, p) in parts.iter().enumerate() {
-                    map.insert(next_req + i as u64, (Arc::clone(&pending), p.offset * esz));
+                    map.insert(next_req + i as u64, Asked::new(&pending, p.offset * esz, servers[p.server], what.clone()));
                 }
             }
             let send_parts = |merged: &[u8]| {
@@ -357,8 +392,8 @@ impl Worker {
             let pending = Pending::new(parts.len(), Some(done), None);
             {
                 let mut map = pending_map.lock();
-                for i in 0..parts.len() {
-                    map.insert(next_req + i as u64, (Arc::clone(&pending), 0));
+                for (i, p) in parts.iter().enumerate() {
+                    map.insert(next_req + i as u64, Asked::new(&pending, 0, servers[p.server], What::RowSparsePush { key }));
                 }
             }
             for (i, p) in parts.iter().enumerate() {
@@ -412,8 +447,8 @@ impl Worker {
             let pending = Pending::new(asks.len(), Some(done), Some(target));
             {
                 let mut map = pending_map.lock();
-                for (i, (_, offset, _)) in asks.iter().enumerate() {
-                    map.insert(next_req + i as u64, (Arc::clone(&pending), *offset));
+                for (i, (server, offset, _)) in asks.iter().enumerate() {
+                    map.insert(next_req + i as u64, Asked::new(&pending, *offset, servers[*server], What::RowSparsePull { key }));
                 }
             }
             for (i, (server, _, ids)) in asks.into_iter().enumerate() {
@@ -433,7 +468,7 @@ impl Worker {
             {
                 let mut map = pending_map.lock();
                 for (i, p) in parts.iter().enumerate() {
-                    map.insert(next_req + i as u64, (Arc::clone(&pending), p.offset * esz));
+                    map.insert(next_req + i as u64, Asked::new(&pending, p.offset * esz, servers[p.server], What::Pull { key }));
                 }
             }
             for (i, p) in parts.iter().enumerate() {
@@ -491,7 +526,7 @@ impl Worker {
                     eprintln!("libkvstore: stopping the servers failed: {e}");
                 }
             }
-            self.node.barrier_all();
+            self.node.barrier_all("at exit");
         }
         self.node.finalize();
         drop(watchdog);
@@ -604,12 +639,12 @@ impl Servers for Worker {
 
 /// A server's answer: fills the target at the part's offset, and finishes the request with
 /// its last answer.
-fn on_reply(pending: &Mutex<HashMap<u64, (Arc<Pending>, usize)>>, bytes: &[u8]) {
+fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
     let Ok(Msg::Reply { req, ok, data }) = wire::decode(bytes) else {
         eprintln!("libkvstore: a worker received a message that is not a reply; ignored");
         return;
     };
-    let Some((p, offset)) = pending.lock().remove(&req) else { return };
+    let Some(Asked { pending: p, offset, .. }) = pending.lock().remove(&req) else { return };
     if !ok {
         p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
     } else if let Some(t) = &p.target {

@@ -169,6 +169,15 @@ impl Transport for Endpoint {
         }
     }
 
+    fn host(&self, _rank: usize) -> String {
+        "loopback".to_string()
+    }
+
+    /// Loopback nodes share one process: none is ever silent.
+    fn silence(&self, _rank: usize) -> Option<std::time::Duration> {
+        None
+    }
+
     fn barrier_all(&self) {
         self.job.barrier_all()
     }
@@ -242,16 +251,16 @@ mod tests {
             .map(|n| {
                 let (n, passed) = (Arc::clone(n), Arc::clone(&passed));
                 std::thread::spawn(move || {
-                    n.barrier_all();
+                    n.barrier_all("in a test");
                     passed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    n.barrier_all();
+                    n.barrier_all("in a test");
                 })
             })
             .collect();
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(passed.load(std::sync::atomic::Ordering::SeqCst), 0, "the barrier let two of three endpoints through");
-        nodes[2].barrier_all();
-        nodes[2].barrier_all();
+        nodes[2].barrier_all("in a test");
+        nodes[2].barrier_all("in a test");
         threads.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(passed.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
@@ -262,11 +271,11 @@ mod tests {
         nodes[0].set_handler(Arc::new(|_, _| panic!("handler failure")));
         let waiting = {
             let n = Arc::clone(&nodes[1]);
-            std::thread::spawn(move || n.barrier_all())
+            std::thread::spawn(move || n.barrier_all("in a test"))
         };
         nodes[1].send(0, b"x");
         assert!(waiting.join().is_err(), "the barrier returned normally after an abort");
         assert_eq!(job.aborted(), Some((0, 1)));
-        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| nodes[1].barrier_all())).is_err());
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| nodes[1].barrier_all("in a test"))).is_err());
     }
 }

@@ -10,6 +10,7 @@ mod mpi;
 
 pub use mpi::{abort_if_running as abort_mpi_job_if_running, start as start_mpi};
 
+use super::liveness::{self, Watch, What};
 use super::role::Role;
 use std::sync::Arc;
 
@@ -28,6 +29,12 @@ pub trait Transport: Send + Sync {
     fn send(&self, dest: usize, bytes: &[u8]);
     /// Installs (or replaces) what handles this node's incoming messages.
     fn set_handler(&self, handler: Handler);
+    /// The host rank `rank` runs on (MPI's processor name), for messages.
+    fn host(&self, rank: usize) -> String;
+    /// How long nothing has been heard from rank `rank` (the transport's heartbeats: a live
+    /// process keeps beating however busy it is); `None` where the transport does not watch
+    /// its peers (then no peer is ever judged silent).
+    fn silence(&self, rank: usize) -> Option<std::time::Duration>;
     /// A barrier over every node of the job.
     fn barrier_all(&self);
     /// Ends the whole job (never returns to the caller).
@@ -43,12 +50,38 @@ pub struct Node {
     /// The role of every rank.
     pub roles: Vec<Role>,
     transport: Box<dyn Transport>,
+    /// What this node waits for, and from whom (see `liveness`).
+    pub watch: Arc<Watch>,
 }
 
 impl Node {
     /// The node of `transport` (its rank and roles are read once: they never change).
     pub fn new(transport: Box<dyn Transport>) -> Node {
-        Node { rank: transport.rank(), roles: transport.roles(), transport }
+        Node { rank: transport.rank(), roles: transport.roles(), transport, watch: Arc::default() }
+    }
+
+    /// Starts the monitor that aborts the job when a peer this node waits on has been silent
+    /// for longer than `timeout` (see `liveness`; a no-op where the transport does not watch
+    /// its peers, as loopback's).
+    pub fn start_monitor(self: &Arc<Node>, timeout: Option<std::time::Duration>) {
+        let peers: Arc<dyn liveness::Peers> = Arc::clone(self) as Arc<dyn liveness::Peers>;
+        liveness::start_monitor(&self.watch, Arc::downgrade(&peers), timeout);
+    }
+
+    /// "server 1 (MPI rank 0)": rank `rank` by its role.
+    pub fn describe(&self, rank: usize) -> String {
+        match self.roles.get(rank) {
+            Some(&role) => {
+                let index = self.ranks_of(role).iter().position(|&r| r == rank).unwrap_or(0);
+                format!("{} {index} (MPI rank {rank})", role.name())
+            }
+            None => format!("MPI rank {rank}"),
+        }
+    }
+
+    /// See [`Transport::host`].
+    pub fn host(&self, rank: usize) -> String {
+        self.transport.host(rank)
     }
 
     /// This node's role.
@@ -66,13 +99,16 @@ impl Node {
         self.transport.set_handler(handler)
     }
 
-    /// See [`Transport::send`].
+    /// See [`Transport::send`]; the monitor knows that this node waits for `dest` meanwhile.
     pub fn send(&self, dest: usize, bytes: &[u8]) {
+        let _waiting = self.watch.wait(Some(dest), What::Delivery { bytes: bytes.len() });
         self.transport.send(dest, bytes)
     }
 
-    /// See [`Transport::barrier_all`].
-    pub fn barrier_all(&self) {
+    /// See [`Transport::barrier_all`]; `when` says which one, in the monitor's messages
+    /// ("at the start", "at exit").
+    pub fn barrier_all(&self, when: &'static str) {
+        let _waiting = self.watch.wait(None, What::AllNodeBarrier(when));
         self.transport.barrier_all()
     }
 
@@ -81,9 +117,36 @@ impl Node {
         self.transport.abort(code)
     }
 
-    /// See [`Transport::finalize`].
+    /// See [`Transport::finalize`]; the monitor stops first (this node waits for no one).
     pub fn finalize(&self) {
+        self.watch.stop();
         self.transport.finalize()
+    }
+}
+
+impl liveness::Peers for Node {
+    fn me(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.roles.len()
+    }
+
+    fn silence(&self, rank: usize) -> Option<std::time::Duration> {
+        self.transport.silence(rank)
+    }
+
+    fn describe(&self, rank: usize) -> String {
+        Node::describe(self, rank)
+    }
+
+    fn host(&self, rank: usize) -> String {
+        self.transport.host(rank)
+    }
+
+    fn abort(&self, code: i32) -> ! {
+        self.transport.abort(code)
     }
 }
 

@@ -12,7 +12,7 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 /// The plugin ABI version this library speaks.
-const ABI_VERSION: c_int = 1;
+const ABI_VERSION: c_int = 2;
 /// The tag of every store message.
 pub const DATA_TAG: c_int = 1;
 
@@ -27,6 +27,9 @@ struct Plugin {
     send: unsafe extern "C" fn(c_int, c_int, *const u8, usize) -> c_int,
     start_receiver: unsafe extern "C" fn(ReceiveFn, *mut c_void) -> c_int,
     barrier: unsafe extern "C" fn(c_int) -> c_int,
+    processor_names: unsafe extern "C" fn(*mut u8, usize, usize) -> c_int,
+    start_heartbeat: unsafe extern "C" fn(u64) -> c_int,
+    silence_ms: unsafe extern "C" fn(c_int) -> i64,
     abort: unsafe extern "C" fn(c_int),
     finalize: unsafe extern "C" fn() -> c_int,
 }
@@ -104,6 +107,9 @@ fn bind(lib: libloading::Library) -> Result<Plugin> {
         send: sym!(b"kvmpi_send\0"),
         start_receiver: sym!(b"kvmpi_start_receiver\0"),
         barrier: sym!(b"kvmpi_barrier\0"),
+        processor_names: sym!(b"kvmpi_processor_names\0"),
+        start_heartbeat: sym!(b"kvmpi_start_heartbeat\0"),
+        silence_ms: sym!(b"kvmpi_silence_ms\0"),
         abort: sym!(b"kvmpi_abort\0"),
         finalize: sym!(b"kvmpi_finalize\0"),
         _lib: lib,
@@ -138,6 +144,10 @@ struct MpiTransport {
     rank: usize,
     /// The role of every world rank.
     roles: Vec<Role>,
+    /// The host (MPI processor name) of every world rank.
+    hosts: Vec<String>,
+    /// Heartbeats run (some process of the job has a dist timeout).
+    beating: bool,
     // One send at a time per destination keeps a big message from interleaving with nothing:
     // MPI orders messages between a pair anyway; this lock only serialises the plugin calls
     // of one process, which MPI_THREAD_MULTIPLE would allow but buys nothing on one host.
@@ -161,6 +171,8 @@ pub fn start(role: Role) -> Result<Arc<Node>> {
         State::Finalized => crate::bail!("MPI has been finalized in this process: a distributed store can be created once per process"),
         State::NotStarted => {}
     }
+    // Read before MPI starts: a bad value fails this process alone, before any collective.
+    let timeout = crate::store::dist::liveness::timeout()?;
     let plugin = load_plugin()?;
     let (mut rank, mut size) = (0, 0);
     // SAFETY: valid out-pointers.
@@ -171,11 +183,39 @@ pub fn start(role: Role) -> Result<Arc<Node>> {
     let rc = unsafe { (plugin.allgather_int)(role.code(), codes.as_mut_ptr(), codes.len()) };
     crate::ensure!(rc == 0, "MPI all-gather of the roles failed (code {rc})");
     let roles = codes.iter().map(|&c| Role::from_code(c).unwrap_or(Role::Worker)).collect();
+    const NAME: usize = 256;
+    let mut names = vec![0u8; NAME * codes.len()];
+    // SAFETY: `names` holds world-size entries of NAME bytes.
+    let rc = unsafe { (plugin.processor_names)(names.as_mut_ptr(), NAME, codes.len()) };
+    crate::ensure!(rc == 0, "MPI all-gather of the host names failed (code {rc})");
+    let hosts = names
+        .chunks(NAME)
+        .map(|c| String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(c.len())]).into_owned())
+        .collect();
+    // Every process beats as often as the shortest timeout of the job needs, so that a
+    // process with a longer (or no) timeout never looks silent to one with a short one.
+    let mine = timeout.map_or(0, |t| t.as_millis().min(i32::MAX as u128) as c_int);
+    // SAFETY: `codes` holds world-size ints.
+    let rc = unsafe { (plugin.allgather_int)(mine, codes.as_mut_ptr(), codes.len()) };
+    crate::ensure!(rc == 0, "MPI all-gather of the dist timeouts failed (code {rc})");
+    let shortest = codes.iter().filter(|&&ms| ms > 0).min().copied();
+    let beating = match shortest {
+        Some(ms) => {
+            let interval = crate::store::dist::liveness::heartbeat_interval(std::time::Duration::from_millis(ms as u64));
+            // SAFETY: a plain call.
+            let rc = unsafe { (plugin.start_heartbeat)(interval.as_millis() as u64) };
+            crate::ensure!(rc == 0, "the MPI heartbeat thread could not start (code {rc})");
+            true
+        }
+        None => false,
+    };
     // SAFETY: `on_message` has the callback signature; the context is unused.
     let rc = unsafe { (plugin.start_receiver)(on_message, std::ptr::null_mut()) };
     crate::ensure!(rc == 0, "the MPI receiver thread could not start (code {rc})");
-    let transport = MpiTransport { plugin, rank: rank.max(0) as usize, roles, send_lock: Mutex::new(()) };
+    let transport = MpiTransport { plugin, rank: rank.max(0) as usize, roles, hosts, beating, send_lock: Mutex::new(()) };
     let node = Arc::new(Node::new(Box::new(transport)));
+    node.watch.set_label(format!("{} {}", role.name(), node.ranks_of(role).iter().position(|&r| r == node.rank).unwrap_or(0)));
+    node.start_monitor(timeout);
     *state = State::Running(Arc::clone(&node));
     Ok(node)
 }
@@ -191,6 +231,19 @@ impl Transport for MpiTransport {
 
     fn set_handler(&self, handler: Handler) {
         *HANDLER.write() = Some(handler);
+    }
+
+    fn host(&self, rank: usize) -> String {
+        self.hosts.get(rank).cloned().unwrap_or_else(|| "?".to_string())
+    }
+
+    fn silence(&self, rank: usize) -> Option<std::time::Duration> {
+        if !self.beating || rank == self.rank {
+            return None;
+        }
+        // SAFETY: a plain call.
+        let ms = unsafe { (self.plugin.silence_ms)(rank as c_int) };
+        (ms >= 0).then(|| std::time::Duration::from_millis(ms as u64))
     }
 
     /// A failure aborts the job (a lost message would hang it instead).
