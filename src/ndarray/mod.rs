@@ -220,6 +220,22 @@ impl NDArray {
         engine().wait_to_write(self.var())
     }
 
+    /// Runs `f` on the `T` kept with this array's memory: made by `T::default()` at first use,
+    /// dropped with the memory (when its last view goes). What a backend keeps for an array
+    /// from one op to the next: a GPU sum's copies of its values beside the merge buffer, a GPU
+    /// row_sparse array's spare rows. The ops using it write the array, so the engine runs
+    /// them one at a time.
+    pub fn kept<T: std::any::Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut kept = self.chunk.kept.lock();
+        if let Some(t) = kept.iter_mut().find_map(|k| k.downcast_mut::<T>()) {
+            return f(t);
+        }
+        let mut t = Box::new(T::default());
+        let r = f(&mut t);
+        kept.push(t);
+        r
+    }
+
     /// Where the view starts in a GPU's memory, for a dense GPU array (`None` for sparse
     /// arrays: their values are not the view's elements; see [`NDArray::values_device_ptr`]).
     pub fn device_ptr(&self) -> Option<crate::gpu::DevicePtr> {
