@@ -11,6 +11,7 @@
 
 mod compress;
 mod copy;
+mod kept;
 mod rows;
 mod rsp;
 mod staged;
@@ -67,7 +68,7 @@ fn check_cross_device(src: &NDArray, dst: &NDArray) -> Result<()> {
 
 impl Gpu {
     fn staged_sum(&self, order: SumOrder, values: &[NDArray], batch: Vec<SumJob>, bytes: usize, priority: i32) -> Result<()> {
-        let mut staging = Staging::default();
+        let mut staging = Staging::kept();
         let mut host_values = Vec::new();
         let mut jobs = Vec::with_capacity(batch.len());
         for job in &batch {
@@ -83,7 +84,7 @@ impl Gpu {
     }
 
     fn staged_compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) -> Result<()> {
-        let mut staging = Staging::default();
+        let mut staging = Staging::kept();
         let mut jobs = Vec::with_capacity(batch.len());
         for job in &batch {
             jobs.push(CompressedSumJob {
@@ -98,7 +99,7 @@ impl Gpu {
     }
 
     fn staged_copy_any(&self, src: &NDArray, dst: &NDArray, priority: i32) -> Result<()> {
-        let mut staging = Staging::default();
+        let mut staging = Staging::kept();
         let (s, d) = (staging.read(src)?, staging.write(dst, false)?);
         staging.run(priority, || self.host.copy_any(&s, &d, priority));
         Ok(())
@@ -162,7 +163,7 @@ impl Backend for Gpu {
             return rsp::push_pull(pull, priority);
         }
         let out = pull.out.clone();
-        let mut staging = Staging::default();
+        let mut staging = Staging::kept();
         let staged = staging.read(&pull.row_ids).and_then(|row_ids| {
             Ok(RowSparsePull { stored: staging.read(&pull.stored)?, out: staging.write(&pull.out, false)?, row_ids })
         });
