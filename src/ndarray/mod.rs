@@ -394,6 +394,36 @@ impl NDArray {
 mod tests {
     use super::*;
 
+    #[test]
+    fn what_is_kept_with_an_array_is_shared_by_its_views_made_once_and_dropped_with_its_memory() {
+        struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        #[derive(Default)]
+        struct Kept(Vec<Counted>);
+        let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let a = NDArray::zeros(&[4], Context::cpu(0), DType::Float32).unwrap();
+        let view = a.slice(0, 2).unwrap();
+        let made = |k: &mut Kept| {
+            k.0.push(Counted(Arc::clone(&dropped)));
+            k.0.len()
+        };
+        assert_eq!(a.kept(made), 1);
+        // Views share the memory, and so what is kept with it; other types have their own.
+        assert_eq!(view.kept(|k: &mut Kept| k.0.len()), 1);
+        assert_eq!(view.kept(|n: &mut usize| std::mem::replace(n, 7)), 0);
+        assert_eq!(a.kept(|n: &mut usize| *n), 7);
+        let other = NDArray::zeros(&[4], Context::cpu(0), DType::Float32).unwrap();
+        assert_eq!(other.kept(|k: &mut Kept| k.0.len()), 0);
+        drop(a);
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 0, "a view still holds the memory");
+        drop(view);
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
     fn f32_array(values: &[f32], shape: &[usize]) -> NDArray {
         let a = NDArray::zeros(shape, Context::cpu(0), DType::Float32).unwrap();
         a.copy_from_host(bytemuck::cast_slice(values)).unwrap();
