@@ -10,7 +10,14 @@
  *                size before and after the measured iterations and the calling thread's id;
  *   trace_rsp    row_sparse pushes of GPU values and row_sparse pulls into GPU outputs (row
  *                ids on a GPU), printing the trace file's size around them and the biggest
- *                row id array moved; checks the pulled rows.
+ *                row id array moved; checks the pulled rows;
+ *   steady STORE STYPE  a push/pull loop on every GPU of a STORE ("device" or "nccl") store:
+ *                iteration 1 warms up, the trace file's size is printed around iterations
+ *                2..STEADY_ITERS. STYPE "default": 48 small keys and one 4 MiB key, one value
+ *                and one output per GPU (two on one GPU for the device store); "row_sparse"
+ *                (device store): row_sparse keys (one of 4 MiB per value) whose values hold the
+ *                same rows every iteration, pulled with PullRowSparse by the same row ids.
+ *                Checks the last pull's values.
  * Prints "<mode>: ok" on success. */
 #define _GNU_SOURCE
 #include "common.h"
@@ -221,8 +228,123 @@ static void trace_rsp(void) {
   CHECK(MXKVStoreFree(kv));
 }
 
+#define STEADY_SMALL 48
+#define STEADY_BIG (1u << 20) /* float32 elements: 4 MiB */
+#define STEADY_ITERS 6
+#define STEADY_RSP_KEYS 3
+static const uint32_t steady_nnr[STEADY_RSP_KEYS] = {100, 120, 16384}; /* the last: 4 MiB of rows */
+
+static void steady_iteration(KVStoreHandle kv, int rsp, int m, const int *vkeys, NDArrayHandle *vals,
+                             NDArrayHandle *outs, NDArrayHandle *rids) {
+  CHECK(MXKVStorePush(kv, (uint32_t)m, vkeys, vals, 0));
+  if (rsp)
+    CHECK(MXKVStorePullRowSparse(kv, (uint32_t)m, vkeys, outs, (const NDArrayHandle *)rids, 0));
+  else
+    CHECK(MXKVStorePull(kv, (uint32_t)m, vkeys, outs, 0));
+}
+
+/* Output `out` of row_sparse key k (RSP_COLS columns): rows 0, 7, 14, ... (RSP_WANT of them);
+ * row 7r sums the values j holding it (value j holds rows 3r' + 2j, r' < nnr), each
+ * j + row + column / 8. */
+static void check_steady_rsp(NDArrayHandle out, uint32_t nnr, int per_key) {
+  NDArrayHandle a, d;
+  CHECK(MXNDArrayGetAuxNDArray(out, 0, &a));
+  CHECK(MXNDArrayGetDataNDArray(out, &d));
+  int64_t got_ids[RSP_WANT];
+  float *got = malloc(sizeof(float) * RSP_WANT * RSP_COLS);
+  CHECK(MXNDArraySyncCopyToCPU(a, got_ids, RSP_WANT));
+  CHECK(MXNDArraySyncCopyToCPU(d, got, (size_t)RSP_WANT * RSP_COLS));
+  for (int r = 0; r < RSP_WANT; r++) {
+    int row = 7 * r;
+    float expect = 0;
+    for (int j = 0; j < per_key; j++)
+      if ((row - 2 * j) >= 0 && (row - 2 * j) % 3 == 0 && (uint32_t)((row - 2 * j) / 3) < nnr) expect += (float)j + (float)row + 5.0f / 8.0f;
+    EXPECT(got_ids[r] == row && got[r * RSP_COLS + 5] == expect);
+  }
+  free(got);
+  CHECK(MXNDArrayFree(a));
+  CHECK(MXNDArrayFree(d));
+}
+
+static void steady(const char *store, const char *stype) {
+  int nccl = !strcmp(store, "nccl"), rsp = !strcmp(stype, "row_sparse");
+  KVStoreHandle kv;
+  CHECK(MXKVStoreCreate(store, &kv));
+  int per_key = (nccl || n_gpus > 1) ? n_gpus : 2; /* nccl: one value per GPU */
+  int n_keys = rsp ? STEADY_RSP_KEYS : STEADY_SMALL + 1;
+  int keys[STEADY_SMALL + 1], *vkeys = malloc(sizeof(int) * (size_t)(n_keys * per_key));
+  NDArrayHandle init[STEADY_SMALL + 1];
+  NDArrayHandle *vals = malloc(sizeof(NDArrayHandle) * (size_t)(n_keys * per_key));
+  NDArrayHandle *outs = malloc(sizeof(NDArrayHandle) * (size_t)(n_keys * per_key));
+  NDArrayHandle *rids = malloc(sizeof(NDArrayHandle) * (size_t)(n_keys * per_key));
+  int64_t want_ids[RSP_WANT];
+  for (int r = 0; r < RSP_WANT; r++) want_ids[r] = (int64_t)(7 * ((r * 13) % RSP_WANT)); /* unsorted, repeats */
+  int m = 0;
+  for (int k = 0; k < n_keys; k++) {
+    keys[k] = k;
+    if (rsp) {
+      uint32_t nnr = steady_nnr[k], rows = 3 * nnr + 1000; /* room for every wanted row */
+      int64_t *ids = malloc(sizeof(int64_t) * nnr);
+      for (uint32_t r = 0; r < nnr; r++) ids[r] = 3 * (int64_t)r;
+      init[k] = rsp_on_gpu(0, rows, nnr, ids, 0.0f);
+      for (int i = 0; i < per_key; i++, m++) {
+        for (uint32_t r = 0; r < nnr; r++) ids[r] = 3 * (int64_t)r + 2 * i;
+        vkeys[m] = k;
+        vals[m] = rsp_on_gpu(i % n_gpus, rows, nnr, ids, (float)i);
+        outs[m] = rsp_on_gpu(i % n_gpus, rows, 0, ids, 0.0f);
+        uint32_t n = RSP_WANT;
+        CHECK(MXNDArrayCreateEx(&n, 1, DEV_GPU, i % n_gpus, 0, DT_I64, &rids[m]));
+        CHECK(MXNDArraySyncCopyFromCPU(rids[m], want_ids, n));
+      }
+      free(ids);
+    } else {
+      uint32_t n = k == STEADY_SMALL ? STEADY_BIG : 1000;
+      init[k] = filled(DEV_CPU, 0, n, (float)k);
+      for (int i = 0; i < per_key; i++, m++) {
+        vkeys[m] = k;
+        vals[m] = filled(DEV_GPU, i % n_gpus, n, (float)(k + i));
+        outs[m] = filled(DEV_GPU, i % n_gpus, n, 0.0f);
+        rids[m] = NULL;
+      }
+    }
+  }
+  CHECK(MXKVStoreInit(kv, n_keys, keys, init));
+  steady_iteration(kv, rsp, m, vkeys, vals, outs, rids); /* iteration 1: the warm-up */
+  CHECK(MXNDArrayWaitAll());
+  printf("tid=%ld\n", (long)syscall(SYS_gettid));
+  printf("steady_from=%ld\n", trace_size());
+  for (int it = 2; it <= STEADY_ITERS; it++) steady_iteration(kv, rsp, m, vkeys, vals, outs, rids);
+  CHECK(MXNDArrayWaitAll());
+  printf("steady_to=%ld\n", trace_size());
+  printf("calls=%d\n", STEADY_ITERS - 1);
+  if (rsp) {
+    for (int k = 0, at = 0; k < n_keys; k++, at += per_key)
+      for (int i = 0; i < per_key; i++) check_steady_rsp(outs[at + i], steady_nnr[k], per_key);
+  } else {
+    /* Key k's value i holds k + i + j at j: the sum is per_key * (k + j) + 0 + 1 + ... */
+    for (int k = 0, at = 0; k < n_keys; k++, at += per_key) {
+      uint32_t n = k == STEADY_SMALL ? STEADY_BIG : 1000;
+      float *v = malloc(sizeof(float) * n), base = 0;
+      for (int i = 0; i < per_key; i++) base += (float)(k + i);
+      for (int i = 0; i < per_key; i++) {
+        CHECK(MXNDArraySyncCopyToCPU(outs[at + i], v, n));
+        EXPECT(v[0] == base && v[n - 1] == base + (float)per_key * (float)(n - 1));
+      }
+      free(v);
+    }
+  }
+  for (int i = 0; i < m; i++) {
+    MXNDArrayFree(vals[i]);
+    MXNDArrayFree(outs[i]);
+    if (rids[i]) MXNDArrayFree(rids[i]);
+  }
+  for (int k = 0; k < n_keys; k++) MXNDArrayFree(init[k]);
+  free(vkeys); free(vals); free(outs); free(rids);
+  CHECK(MXKVStoreFree(kv));
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: gpu_standin count|alloc_fail|async_fail|trace_loop|trace_rsp\n"); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: gpu_standin count|alloc_fail|async_fail|trace_loop|trace_rsp|steady STORE STYPE\n"); return 2; }
   CHECK(MXGetGPUCount(&n_gpus));
   EXPECT(n_gpus > 0);
   if (!strcmp(argv[1], "count")) count();
@@ -230,6 +352,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "async_fail")) async_fail(argc > 2 ? argv[2] : "CUDA_ERROR_ILLEGAL_ADDRESS");
   else if (!strcmp(argv[1], "trace_loop")) trace_loop();
   else if (!strcmp(argv[1], "trace_rsp")) trace_rsp();
+  else if (!strcmp(argv[1], "steady") && argc > 3) steady(argv[2], argv[3]);
   else { fprintf(stderr, "unknown mode %s\n", argv[1]); return 2; }
   printf("%s: ok\n", argv[1]);
   return 0;

@@ -15,6 +15,8 @@
 //!   wrote, other work intact;
 //! - the trace (`CUDA_STANDIN_TRACE`): a steady push/pull loop makes no driver call on the
 //!   calling thread, allocates no pinned memory, and launches one kernel per device per push;
+//!   iterations 2..N of a steady loop (`device` and `nccl` stores, dense with a 4 MiB key,
+//!   row_sparse with the same rows) make no allocation or free call of any kind;
 //!   row_sparse pushes of GPU values and pulls into GPU outputs run as `rsp_accumulate_float32`
 //!   and `rsp_gather` launches, and only row ids come to the host (no values downloaded).
 //!
@@ -178,7 +180,8 @@ fn a_faulting_kernel_or_copy_reaches_the_next_wait_and_other_work_goes_on() {
         for (fault, error) in [
             ("cuLaunchKernel:1", "CUDA_ERROR_ILLEGAL_ADDRESS"),
             ("cuMemcpyDtoHAsync_v2:1", "CUDA_ERROR_ILLEGAL_ADDRESS"),
-            // The sum's scratch (its fused table): out of memory at the next wait.
+            // The sum's scratch (its fused table, kept with the key from its first push): out
+            // of memory at the next wait.
             ("cuMemAllocAsync:1", "CUDA_ERROR_OUT_OF_MEMORY"),
         ] {
             let out = run(gpu_standin(), &["async_fail", error], devices, &[("CUDA_STANDIN_FAIL", fault)]);
@@ -230,6 +233,47 @@ fn a_steady_push_pull_loop_stays_off_the_calling_thread_allocates_no_pinned_memo
             "{devices} devices: {} launches for {pushes} pushes of small keys",
             launches.len()
         );
+    }
+}
+
+/// Whether a driver call allocates or frees memory (device, stream-ordered, pinned or
+/// registered host memory).
+fn allocates_or_frees(name: &str) -> bool {
+    ["cuMemAlloc", "cuMemFree", "cuMemHostAlloc", "cuMemHostRegister", "cuMemHostUnregister"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+#[test]
+fn iterations_2_to_n_of_a_steady_loop_allocate_nothing_on_1_2_and_4_devices() {
+    // MXNet's CommDevice keeps each key's merge and copy buffers: after the first iteration
+    // (which makes them, compiles the kernels and fills the staging pool) a steady loop makes
+    // no allocation call of any kind, dense (48 small keys and one of 4 MiB) on the `device`
+    // and `nccl` stores, and row_sparse on the `device` store (the `nccl` store is dense only)
+    // with the same rows each iteration.
+    for (store, stype) in [("device", "default"), ("nccl", "default"), ("device", "row_sparse")] {
+        for devices in [1, 2, 4] {
+            let what = format!("{store} store, {stype}, {devices} devices");
+            let trace = lib_dir().join(format!("gpu_standin_steady_{store}_{stype}_{devices}.txt"));
+            let _ = std::fs::remove_file(&trace);
+            let trace_s = trace.to_string_lossy().into_owned();
+            let out = run(gpu_standin(), &["steady", store, stype], devices, &[("CUDA_STANDIN_TRACE", &trace_s)]);
+            assert_ok(&format!("gpu_standin steady ({what})"), &out);
+            let stdout = text(&out);
+            let value = |key: &str| -> String {
+                stdout.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in:\n{stdout}")).to_string()
+            };
+            let (from, to): (usize, usize) = (value("steady_from=").parse().unwrap(), value("steady_to=").parse().unwrap());
+            let all = std::fs::read(&trace).unwrap();
+            let before = String::from_utf8_lossy(&all[..from]).into_owned();
+            let steady = String::from_utf8_lossy(&all[from..to]).into_owned();
+            // The warm-up did allocate (so the check below looks at real calls).
+            assert!(before.lines().filter_map(parse).any(|c| allocates_or_frees(c.name)), "{what}: no allocation traced at all");
+            let calls: Vec<Call> = steady.lines().filter_map(parse).collect();
+            assert!(calls.iter().any(|c| c.name == "cuLaunchKernel" || c.name.starts_with("cuMemcpy")), "{what}: no GPU work traced in iterations 2..N");
+            let allocs: Vec<&str> = calls.iter().filter(|c| allocates_or_frees(c.name)).map(|c| c.name).collect();
+            assert!(allocs.is_empty(), "{what}: iterations 2..N allocated or freed: {allocs:?}");
+        }
     }
 }
 

@@ -138,46 +138,137 @@ fn no_import_cycle_between_top_level_modules_or_sibling_files() {
 /// and `c`; `crate::a::{self, b}` gives `a::self` and `a::b`); a group's paths end where their
 /// names do.
 fn crate_paths(code: &str) -> Vec<String> {
-    /// The paths of the use tree at the start of `s`, each prefixed by `prefix`, and where the
-    /// tree ends in `s`.
-    fn tree(s: &str, prefix: &str) -> (Vec<String>, usize) {
-        let mut path = prefix.to_string();
-        let mut i = 0;
-        loop {
-            i += s[i..].len() - s[i..].trim_start().len();
-            let name: String = s[i..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            i += name.len();
-            path.push_str(&name);
-            let rest = s[i..].trim_start();
-            if let Some(after) = rest.strip_prefix("::") {
-                i = s.len() - after.len();
-                path.push_str("::");
-                continue;
-            }
-            if let Some(mut group) = rest.strip_prefix('{') {
-                let mut paths = Vec::new();
-                loop {
-                    let (inner, used) = tree(group, &path);
-                    paths.extend(inner);
-                    let rest = group[used..].trim_start();
-                    let rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
-                    if let Some(after) = rest.strip_prefix('}') {
-                        return (paths, s.len() - after.len());
-                    }
-                    if rest.len() == group.len() {
-                        // Not a use tree after all: nothing more to read.
-                        return (paths, s.len() - rest.len());
-                    }
-                    group = rest;
-                }
-            }
-            return (vec![path], i);
-        }
-    }
     code.match_indices("crate::")
         .filter(|(i, _)| !code[..*i].ends_with('$') && !code[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
-        .flat_map(|(i, p)| tree(&code[i + p.len()..], "").0)
+        .flat_map(|(i, p)| use_tree(&code[i + p.len()..], "").0)
         .collect()
+}
+
+/// The paths of the use tree at the start of `s`, each prefixed by `prefix`, and where the
+/// tree ends in `s`.
+fn use_tree(s: &str, prefix: &str) -> (Vec<String>, usize) {
+    let mut path = prefix.to_string();
+    let mut i = 0;
+    loop {
+        i += s[i..].len() - s[i..].trim_start().len();
+        let name: String = s[i..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        i += name.len();
+        path.push_str(&name);
+        let rest = s[i..].trim_start();
+        if let Some(after) = rest.strip_prefix("::") {
+            i = s.len() - after.len();
+            path.push_str("::");
+            continue;
+        }
+        if let Some(mut group) = rest.strip_prefix('{') {
+            let mut paths = Vec::new();
+            loop {
+                let (inner, used) = use_tree(group, &path);
+                paths.extend(inner);
+                let rest = group[used..].trim_start();
+                let rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+                if let Some(after) = rest.strip_prefix('}') {
+                    return (paths, s.len() - after.len());
+                }
+                if rest.len() == group.len() {
+                    // Not a use tree after all: nothing more to read.
+                    return (paths, s.len() - rest.len());
+                }
+                group = rest;
+            }
+        }
+        return (vec![path], i);
+    }
+}
+
+/// The paths from `crate::` and from `super::` (resolved against `module`, the file's module
+/// path from the crate root: `["backend", "host"]` for `src/backend/host/mod.rs`) in `code`,
+/// use groups expanded, each from the crate root.
+fn resolved_paths(code: &str, module: &[String]) -> Vec<String> {
+    let mut out = crate_paths(code);
+    for (i, _) in code.match_indices("super::") {
+        let before = &code[..i];
+        if before.ends_with("::") || before.ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let mut rest = &code[i..];
+        let mut up = 0;
+        while let Some(after) = rest.strip_prefix("super::") {
+            up += 1;
+            rest = after.trim_start();
+        }
+        let Some(base) = module.len().checked_sub(up) else { continue };
+        let prefix: String = module[..base].iter().map(|m| format!("{m}::")).collect();
+        out.extend(use_tree(rest, &prefix).0);
+    }
+    out
+}
+
+/// The module path of a file of `src/` (`src/backend/host/copy.rs`: `backend::host::copy`).
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap();
+    let mut parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// The backends are siblings under the execution seam (`src/backend/mod.rs` decides which one
+/// runs a job): no backend names another (`crate::backend::gpu`, `super::gpu`,
+/// `super::super::host`, ... in any file of its directory, use groups expanded; comments and
+/// test modules left out), and the host backend knows nothing of GPUs (it names neither
+/// `crate::gpu` nor `cudarc`).
+#[test]
+fn sibling_backends_do_not_name_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let backends: Vec<String> = std::fs::read_dir(src.join("backend"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(backends.contains(&"host".to_string()) && backends.contains(&"gpu".to_string()), "found {backends:?}");
+    let mut found = Vec::new();
+    for backend in &backends {
+        let mut files = Vec::new();
+        rust_files(&src.join("backend").join(backend), &mut files);
+        assert!(!files.is_empty());
+        for file in files.iter().filter(|f| f.file_name().is_some_and(|n| n != "tests.rs")) {
+            let code = code(file);
+            let shown = file.strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap().display().to_string();
+            for path in resolved_paths(&code, &module_of(&src, file)) {
+                for other in backends.iter().filter(|o| *o != backend) {
+                    let named = format!("backend::{other}");
+                    if path == named || path.starts_with(&format!("{named}::")) {
+                        found.push(format!("{shown}: crate::{path}"));
+                    }
+                }
+                if backend == "host" && (path == "gpu" || path.starts_with("gpu::")) {
+                    found.push(format!("{shown}: crate::{path}"));
+                }
+            }
+            if backend == "host" && code.contains("cudarc") {
+                found.push(format!("{shown}: cudarc"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "backends naming a sibling backend (the seam, src/backend/mod.rs, picks one):\n{}", found.join("\n"));
+}
+
+#[test]
+fn super_paths_resolve_against_the_files_module() {
+    let module: Vec<String> = ["backend", "host", "copy"].iter().map(|s| s.to_string()).collect();
+    let code = "use super::{bytes, x::Y};\nuse super::super::{gpu::GPU, Backend};\nlet a = crate::backend::gpu::f();\nfoo::super::z";
+    assert_eq!(
+        resolved_paths(code, &module),
+        ["backend::gpu::f", "backend::host::bytes", "backend::host::x::Y", "backend::gpu::GPU", "backend::Backend"]
+    );
+    let src = Path::new("/r/src");
+    assert_eq!(module_of(src, Path::new("/r/src/backend/host/mod.rs")), ["backend", "host"]);
+    assert_eq!(module_of(src, Path::new("/r/src/backend/gpu/copy.rs")), ["backend", "gpu", "copy"]);
 }
 
 /// The store plans, the backends execute (`src/backend/mod.rs`): no file of `src/store/` names

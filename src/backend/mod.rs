@@ -11,7 +11,11 @@
 //! later on another thread or device completes through the engine's `push_async`.
 //!
 //! Which backend runs a job: that of its destination's context (for a copy to several
-//! outputs, the first output's; the store keeps a batch to one backend).
+//! outputs, the first output's; the store keeps a batch to one backend). That choice is made
+//! here, above the backends, which know nothing of each other: a job for a host context that
+//! touches a GPU's memory (a `local` store's GPU values, a pull into GPU outputs) goes to the
+//! GPU backend ([`HostContexts`]), and the GPU backend runs what it stages through host memory
+//! on the host backend it is handed ([`GPU`]).
 //!
 //! Code that works on host bytes rather than arrays (a distributed store's worker and server,
 //! on what they send and receive) runs its kernels on the calling thread through the same
@@ -102,6 +106,59 @@ pub trait Backend: Sync {
     fn byte_kernels(&self) -> &'static dyn ByteKernels;
 }
 
+/// The one GPU backend; what it stages through host memory runs on the host backend.
+static GPU: gpu::Gpu = gpu::Gpu::new(&host::HOST);
+
+/// Jobs whose destination is in host memory: the host backend's, unless one of their arrays
+/// lives in a GPU's memory (dense or row_sparse), then the GPU backend's.
+struct HostContexts;
+
+/// The backend running a host-context job reading or writing `arrays`.
+fn host_or_gpu<'a>(arrays: impl Iterator<Item = &'a NDArray>) -> &'static dyn Backend {
+    if gpu::touches_device(arrays) {
+        &GPU
+    } else {
+        &host::HOST
+    }
+}
+
+impl Backend for HostContexts {
+    fn name(&self) -> &'static str {
+        host::HOST.name()
+    }
+
+    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) {
+        let backend = host_or_gpu(batch.iter().flat_map(|j| values[j.values.clone()].iter().chain(std::iter::once(&j.dst))));
+        backend.sum(order, values, batch, bytes, priority)
+    }
+
+    fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
+        let backend = host_or_gpu(batch.iter().flat_map(|j| j.values.iter().chain(&j.residuals).chain(std::iter::once(&j.dst))));
+        backend.compressed_sum(batch, bytes, priority)
+    }
+
+    fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, bytes: usize, priority: i32) {
+        let backend = host_or_gpu(batch.iter().flat_map(|j| outs[j.dsts.clone()].iter().chain(std::iter::once(&j.src))));
+        backend.copy(outs, batch, bytes, priority)
+    }
+
+    fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32) {
+        host_or_gpu([&pull.stored, &pull.out, &pull.row_ids].into_iter()).row_sparse_pull(pull, priority)
+    }
+
+    fn copy_any(&self, src: &NDArray, dst: &NDArray, priority: i32) {
+        host_or_gpu([src, dst].into_iter()).copy_any(src, dst, priority)
+    }
+
+    fn copy_sync(&self, src: &NDArray, dst: &NDArray) -> Result<()> {
+        host_or_gpu([src, dst].into_iter()).copy_sync(src, dst)
+    }
+
+    fn byte_kernels(&self) -> &'static dyn ByteKernels {
+        host::HOST.byte_kernels()
+    }
+}
+
 /// The kinds of backend, for keeping a batch to one of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
@@ -112,8 +169,8 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    /// The kind running jobs whose destination is on `ctx`. (The host backend hands a job
-    /// reading GPU arrays to the GPU backend too.)
+    /// The kind running jobs whose destination is on `ctx`. (A host-context job reading GPU
+    /// arrays goes to the GPU backend too: [`HostContexts`].)
     pub fn of(ctx: Context) -> BackendKind {
         match ctx.dev_type {
             DeviceType::Cpu | DeviceType::CpuPinned | DeviceType::CpuShared => BackendKind::Host,
@@ -124,8 +181,8 @@ impl BackendKind {
     /// The backend of this kind.
     pub fn backend(self) -> &'static dyn Backend {
         match self {
-            BackendKind::Host => &host::HOST,
-            BackendKind::Gpu => &gpu::GPU,
+            BackendKind::Host => &HostContexts,
+            BackendKind::Gpu => &GPU,
         }
     }
 }

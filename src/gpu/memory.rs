@@ -97,6 +97,11 @@ struct RawPinned(usize);
 
 static STAGING: Lazy<Mutex<Pool<RawPinned>>> = Lazy::new(|| Mutex::new(Pool::default()));
 
+/// The staging pool of synchronous transfers ([`super::transfer`]), apart from the ops': a
+/// caller waits for each, so a thread's steady run of them (the planner reading GPU row ids)
+/// reuses one buffer per class, however many op buffers are in flight meanwhile.
+static SYNC_STAGING: Lazy<Mutex<Pool<RawPinned>>> = Lazy::new(|| Mutex::new(Pool::default()));
+
 fn host_alloc(len: usize) -> Result<RawPinned, String> {
     let rt = runtime()?;
     // The driver allocates in the current context; portable memory serves every device.
@@ -114,8 +119,9 @@ fn host_alloc(len: usize) -> Result<RawPinned, String> {
 pub struct PinnedMemory {
     raw: Option<RawPinned>,
     len: usize,
-    /// The pool class it returns to, if pooled.
-    pooled: Option<usize>,
+    /// The pool class it returns to, if pooled, and whether that is the synchronous
+    /// transfers' pool.
+    pooled: Option<(usize, bool)>,
 }
 
 // SAFETY: plain host memory owned by this value; access goes through &/&mut as for a Vec.
@@ -139,7 +145,17 @@ impl PinnedMemory {
             return PinnedMemory::exact(len);
         }
         let raw = STAGING.lock().take(len, host_alloc)?;
-        Ok(PinnedMemory { raw: Some(raw), len, pooled: Some(len) })
+        Ok(PinnedMemory { raw: Some(raw), len, pooled: Some((len, false)) })
+    }
+
+    /// [`PinnedMemory::staging`] for a synchronous transfer: from the pool of those (see
+    /// [`SYNC_STAGING`]).
+    pub fn sync_staging(len: usize) -> Result<PinnedMemory, String> {
+        if len > super::staging::MAX_CLASS_BYTES {
+            return PinnedMemory::exact(len);
+        }
+        let raw = SYNC_STAGING.lock().take(len, host_alloc)?;
+        Ok(PinnedMemory { raw: Some(raw), len, pooled: Some((len, true)) })
     }
 
     fn ptr(&self) -> *mut u8 {
@@ -187,7 +203,8 @@ impl Drop for PinnedMemory {
     fn drop(&mut self) {
         let Some(raw) = self.raw.take() else { return };
         match self.pooled {
-            Some(len) => STAGING.lock().give_back(len, raw),
+            Some((len, false)) => STAGING.lock().give_back(len, raw),
+            Some((len, true)) => SYNC_STAGING.lock().give_back(len, raw),
             None => {
                 let Ok(rt) = runtime() else { return };
                 let _ = rt.with_context(0, |api| {

@@ -34,7 +34,7 @@ mod timing;
 pub mod transfer;
 
 pub use memory::{DeviceMemory, DevicePtr, HostPtr, PinnedMemory};
-pub use queue::{Place, Queue};
+pub use queue::{Place, Queue, StreamMemory};
 
 use crate::error::Result;
 

@@ -180,6 +180,18 @@ impl Queue {
         (!self.failed()).then_some(DevicePtr { ordinal, addr })
     }
 
+    /// `bytes` of device memory on `ordinal` that the caller keeps from one op to the next
+    /// (a sum's copy buffers, kept with its merge buffer), allocated in order on the device's
+    /// compute stream as [`Queue::alloc_temp`], for work on that stream or ordered after it;
+    /// freed in stream order when dropped ([`StreamMemory`]). `None` when the queue failed.
+    pub fn alloc_owned(&mut self, ordinal: i32, bytes: usize) -> Option<StreamMemory> {
+        if self.error.is_some() {
+            return None;
+        }
+        let ptr = self.alloc_temp(ordinal, bytes)?;
+        Some(StreamMemory { ptr, len: bytes })
+    }
+
     /// Frees scratch memory after the work enqueued so far on the compute stream.
     pub fn free_temp(&mut self, ptr: DevicePtr) {
         let Ok(rt) = runtime() else { return };
@@ -294,6 +306,47 @@ impl Queue {
         let (tx, rx) = crossbeam::channel::bounded(1);
         self.finish(Box::new(move |r| { let _ = tx.send(r); }), Box::new(()));
         rx.recv().unwrap_or_else(|_| Err("the GPU completion thread stopped".into()))
+    }
+}
+
+/// Device memory from [`Queue::alloc_owned`]: kept by its owner across ops, it is freed when
+/// dropped, in stream order on its device's compute stream (`cuMemFreeAsync`); its owner drops
+/// it only once no work uses it any more (ops hold what they use until their events fired).
+#[derive(Debug)]
+pub struct StreamMemory {
+    ptr: DevicePtr,
+    len: usize,
+}
+
+impl StreamMemory {
+    /// Where it starts.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for StreamMemory {
+    fn drop(&mut self) {
+        // In a forked child the driver is unusable: the parent's allocation is left alone.
+        let Ok(rt) = runtime() else { return };
+        let DevicePtr { ordinal, addr } = self.ptr;
+        let Ok(dev) = device(ordinal) else { return };
+        let stream = dev.stream(Lane::Compute);
+        let _ = rt.with_context(ordinal, |api| {
+            // SAFETY: allocated by cuMemAllocAsync in `alloc_owned`, freed once, after the
+            // work that used it (its owner held it until then).
+            rt.check(ordinal, "cuMemFreeAsync", unsafe { (api.mem_free_async)(addr, stream) })
+        });
     }
 }
 

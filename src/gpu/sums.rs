@@ -52,8 +52,9 @@ pub fn sum(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: DTy
     }
 }
 
-/// Every key of `keys` (all on `ordinal`) summed by one launch.
-pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey]) {
+/// Every key of `keys` (all on `ordinal`) summed by one launch, its table copied into
+/// `table_memory(q, bytes)`: device memory on `ordinal` the caller keeps until the work has finished.
+pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey], table_memory: impl FnOnce(&mut Queue, usize) -> Option<DevicePtr>) {
     let table = match pack(keys, FUSED_ELEMS_PER_BLOCK) {
         Ok(t) => t,
         Err(e) => return q.fail(e.message().to_string()),
@@ -66,7 +67,7 @@ pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey]) {
         Err(e) => return q.fail(e),
     };
     staged.bytes_mut().copy_from_slice(&table.bytes);
-    let Some(device_table) = q.alloc_temp(ordinal, table.bytes.len()) else { return };
+    let Some(device_table) = table_memory(q, table.bytes.len()) else { return };
     q.copy_before_kernels(Place::Device(device_table), Place::Host(staged.at(0)), table.bytes.len());
     q.hold(Box::new(staged));
     let (mut t, mut n_desc, mut per_block) = (device_table.addr, table.n_desc, table.elems_per_block);
@@ -78,7 +79,6 @@ pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey]) {
         elements: keys.iter().map(|k| k.n).sum(),
     };
     q.launch(ordinal, "fused_sum", blocks, THREADS, &mut params, output);
-    q.free_temp(device_table);
 }
 
 /// `n` elements at `dst` set to the value whose bytes (in `dtype`) are `value`.

@@ -1,5 +1,6 @@
 //! Synchronous copies between pageable host memory and a device, through the pinned staging
-//! pool (for `SyncCopyFromCPU` / `SyncCopyToCPU`, which wait by contract). Large transfers go
+//! pool of synchronous transfers (for `SyncCopyFromCPU` / `SyncCopyToCPU`, which wait by
+//! contract, and the planner's reads of GPU row ids). Large transfers go
 //! in chunks of the largest staging class.
 
 use super::memory::{DevicePtr, PinnedMemory};
@@ -9,7 +10,7 @@ use super::staging::chunks;
 /// Copies `src` to `dst` and waits.
 pub fn upload(dst: DevicePtr, src: &[u8]) -> Result<(), String> {
     for (offset, len, _) in chunks(src.len()) {
-        let mut staged = PinnedMemory::staging(len)?;
+        let mut staged = PinnedMemory::sync_staging(len)?;
         staged.bytes_mut().copy_from_slice(&src[offset..offset + len]);
         let mut q = Queue::new();
         q.copy(Place::Device(dst.offset(offset)), Place::Host(staged.at(0)), len);
@@ -21,7 +22,7 @@ pub fn upload(dst: DevicePtr, src: &[u8]) -> Result<(), String> {
 /// Copies `dst.len()` bytes from `src` into `dst` and waits.
 pub fn download(dst: &mut [u8], src: DevicePtr) -> Result<(), String> {
     for (offset, len, _) in chunks(dst.len()) {
-        let staged = PinnedMemory::staging(len)?;
+        let staged = PinnedMemory::sync_staging(len)?;
         let mut q = Queue::new();
         q.copy(Place::Host(staged.at(0)), Place::Device(src.offset(offset)), len);
         q.wait()?;

@@ -233,6 +233,22 @@ impl NDArray {
         engine().wait_to_write(self.var())
     }
 
+    /// Runs `f` on the `T` kept with this array's memory: made by `T::default()` at first use,
+    /// dropped with the memory (when its last view goes). What a backend keeps for an array
+    /// from one op to the next: a GPU sum's copies of its values beside the merge buffer, a GPU
+    /// row_sparse array's spare rows. The ops using it write the array, so the engine runs
+    /// them one at a time.
+    pub fn kept<T: std::any::Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut kept = self.chunk.kept.lock();
+        if let Some(t) = kept.iter_mut().find_map(|k| k.downcast_mut::<T>()) {
+            return f(t);
+        }
+        let mut t = Box::new(T::default());
+        let r = f(&mut t);
+        kept.push(t);
+        r
+    }
+
     /// Where the view starts in a GPU's memory, for a dense GPU array (`None` for sparse
     /// arrays: their values are not the view's elements; see [`NDArray::values_device_ptr`]).
     pub fn device_ptr(&self) -> Option<crate::gpu::DevicePtr> {
@@ -390,6 +406,36 @@ impl NDArray {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_kept_with_an_array_is_shared_by_its_views_made_once_and_dropped_with_its_memory() {
+        struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        #[derive(Default)]
+        struct Kept(Vec<Counted>);
+        let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let a = NDArray::zeros(&[4], Context::cpu(0), DType::Float32).unwrap();
+        let view = a.slice(0, 2).unwrap();
+        let made = |k: &mut Kept| {
+            k.0.push(Counted(Arc::clone(&dropped)));
+            k.0.len()
+        };
+        assert_eq!(a.kept(made), 1);
+        // Views share the memory, and so what is kept with it; other types have their own.
+        assert_eq!(view.kept(|k: &mut Kept| k.0.len()), 1);
+        assert_eq!(view.kept(|n: &mut usize| std::mem::replace(n, 7)), 0);
+        assert_eq!(a.kept(|n: &mut usize| *n), 7);
+        let other = NDArray::zeros(&[4], Context::cpu(0), DType::Float32).unwrap();
+        assert_eq!(other.kept(|k: &mut Kept| k.0.len()), 0);
+        drop(a);
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 0, "a view still holds the memory");
+        drop(view);
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
 
     fn f32_array(values: &[f32], shape: &[usize]) -> NDArray {
         let a = NDArray::zeros(shape, Context::cpu(0), DType::Float32).unwrap();

@@ -86,12 +86,15 @@ pub struct Chunk {
     pub payload: CachePadded<RwLock<Payload>>,
     /// The engine variable ordering the ops on this chunk.
     pub var: CachePadded<Var>,
+    /// What backends keep with this memory from one op to the next, dropped with it
+    /// ([`super::NDArray::kept`]).
+    pub kept: parking_lot::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
 impl Chunk {
     /// A chunk holding `payload`.
     pub fn new(payload: Payload) -> Chunk {
-        Chunk { payload: CachePadded::new(RwLock::new(payload)), var: CachePadded::new(Var::new()) }
+        Chunk { payload: CachePadded::new(RwLock::new(payload)), var: CachePadded::new(Var::new()), kept: parking_lot::Mutex::new(Vec::new()) }
     }
 }
 

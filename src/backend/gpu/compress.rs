@@ -3,6 +3,7 @@
 //! dequantised there (the first written, the next added: the left fold). The streams of the
 //! two GPUs are ordered by events (`Queue::order_after`), never by the host.
 
+use super::kept::{self, Use};
 use crate::backend::CompressedSumJob;
 use crate::compression::CompressionType;
 use crate::engine::{engine, OpDone, Var};
@@ -43,23 +44,21 @@ fn run(batch: Arc<Vec<CompressedSumJob>>, done: OpDone) {
         let gc = job.compression;
         let one_bit = gc.kind == CompressionType::OneBit;
         let packed_len = gc.packed_bytes(n as usize);
-        let Some(packed) = q.alloc_temp(dst.ordinal, packed_len) else { break };
+        let Some(packed) = kept::buffer(&mut q, &job.dst, Use::Packed, dst.ordinal, packed_len) else { break };
         for (i, (v, r)) in job.values.iter().zip(&job.residuals).enumerate() {
             let (Some(g), Some(res)) = (ptr(v), ptr(r)) else { break };
             if g.ordinal == dst.ordinal {
                 quantize(&mut q, one_bit, packed, packed_len as u64, g, res, n, gc.threshold);
             } else {
                 // Quantised on the value's GPU, the codes copied to the merge GPU.
-                let Some(remote) = q.alloc_temp(g.ordinal, packed_len) else { break };
+                let Some(remote) = kept::buffer(&mut q, &job.dst, Use::RemotePacked(i), g.ordinal, packed_len) else { break };
                 quantize(&mut q, one_bit, remote, packed_len as u64, g, res, n, gc.threshold);
                 q.order_after(dst.ordinal, g.ordinal);
                 q.copy_before_kernels(Place::Device(packed), Place::Device(remote), packed_len);
                 q.order_after(g.ordinal, dst.ordinal);
-                q.free_temp(remote);
             }
             dequantize(&mut q, one_bit, dst, packed, n, gc.threshold, i > 0);
         }
-        q.free_temp(packed);
     }
     q.finish(
         Box::new(move |r| {

@@ -5,7 +5,7 @@
 //! filled from its staging buffer when the copy's event fired). One engine op per batch,
 //! completed from the event: the worker never waits for the GPU.
 
-use crate::engine::{engine, OpDone, OpEnv, Var};
+use crate::engine::{engine, OpDone, Var};
 use crate::error::{Error, Result};
 use crate::gpu::{PinnedMemory, Place, Queue};
 use crate::ndarray::NDArray;
@@ -26,19 +26,19 @@ pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
     let reads: Vec<&Var> = pairs.iter().map(|(s, _)| s.var()).collect();
     let writes: Vec<&Var> = pairs.iter().map(|(_, d)| d.var()).collect();
     let pairs_for_op = pairs.clone();
-    engine().push_async(&reads, &writes, priority, move |env, done| run_copies(pairs_for_op, env, done));
+    engine().push_async(&reads, &writes, priority, move |_, done| run_copies(pairs_for_op, done));
 }
 
 /// Pageable destinations and the pinned buffers they are filled from at completion.
 type Landings = Vec<(PinnedMemory, NDArray)>;
 
-fn run_copies(pairs: Vec<(NDArray, NDArray)>, env: &OpEnv, done: OpDone) {
+fn run_copies(pairs: Vec<(NDArray, NDArray)>, done: OpDone) {
     // The op's span runs until its event fired: the trace shows the GPU time.
     let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].1);
     let mut q = Queue::new();
     let mut landings = Landings::new();
     for (src, dst) in &pairs {
-        if let Err(e) = enqueue(&mut q, src, dst, &mut landings, env.threads()) {
+        if let Err(e) = enqueue(&mut q, src, dst, &mut landings) {
             q.fail(e.message().to_string());
             break;
         }
@@ -75,11 +75,11 @@ fn land(landings: &[(PinnedMemory, NDArray)]) -> Result<()> {
     Ok(())
 }
 
-fn enqueue(q: &mut Queue, src: &NDArray, dst: &NDArray, landings: &mut Landings, threads: usize) -> Result<()> {
+fn enqueue(q: &mut Queue, src: &NDArray, dst: &NDArray, landings: &mut Landings) -> Result<()> {
     let bytes = src.data_byte_len();
     if !src.on_device() && !dst.on_device() {
-        // Host to host (a pull into mixed outputs): on the worker, now.
-        return crate::backend::host::copy_any_now(src, dst, threads);
+        // Never queued: the backend runs host-to-host copies on the host backend.
+        crate::bail!("internal error: a host to host copy ({src:?} to {dst:?}) was queued on a GPU");
     }
     let from = source_place(q, src)?;
     let to = match dst.copy_place() {

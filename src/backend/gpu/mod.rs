@@ -11,12 +11,12 @@
 
 mod compress;
 mod copy;
+mod kept;
 mod rows;
 mod rsp;
 mod staged;
 mod sum;
 
-use super::host::HOST;
 use super::{Backend, ByteKernels, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
 use crate::ndarray::NDArray;
@@ -24,14 +24,22 @@ pub(crate) use staged::host_readable;
 use staged::{fail, Staging};
 use std::sync::Arc;
 
-/// The GPU backend.
-pub(crate) struct Gpu;
+/// The GPU backend. It does not name the host backend: the seam (`src/backend/mod.rs`) hands
+/// it the backend that runs what it stages through host memory.
+pub(crate) struct Gpu {
+    /// Runs staged jobs on host mirrors, and the byte kernels.
+    host: &'static dyn Backend,
+}
 
-/// The one GPU backend.
-pub(crate) static GPU: Gpu = Gpu;
+impl Gpu {
+    /// The GPU backend, staging through `host`.
+    pub(crate) const fn new(host: &'static dyn Backend) -> Gpu {
+        Gpu { host }
+    }
+}
 
-/// Whether any of `arrays` lives in a GPU's memory, dense or row_sparse (the host backend
-/// hands such jobs here).
+/// Whether any of `arrays` lives in a GPU's memory, dense or row_sparse (the seam hands
+/// host-context jobs touching one here).
 pub(crate) fn touches_device<'a>(mut arrays: impl Iterator<Item = &'a NDArray>) -> bool {
     arrays.any(|a| a.on_device() || rows::is_device_row_sparse(a))
 }
@@ -60,7 +68,7 @@ fn check_cross_device(src: &NDArray, dst: &NDArray) -> Result<()> {
 
 impl Gpu {
     fn staged_sum(&self, order: SumOrder, values: &[NDArray], batch: Vec<SumJob>, bytes: usize, priority: i32) -> Result<()> {
-        let mut staging = Staging::default();
+        let mut staging = Staging::kept();
         let mut host_values = Vec::new();
         let mut jobs = Vec::with_capacity(batch.len());
         for job in &batch {
@@ -71,12 +79,12 @@ impl Gpu {
             jobs.push(SumJob { values: start..host_values.len(), dst: staging.write(&job.dst, false)? });
         }
         let host_values = Arc::new(host_values);
-        staging.run(priority, || HOST.sum(order, &host_values, jobs, bytes, priority));
+        staging.run(priority, || self.host.sum(order, &host_values, jobs, bytes, priority));
         Ok(())
     }
 
     fn staged_compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) -> Result<()> {
-        let mut staging = Staging::default();
+        let mut staging = Staging::kept();
         let mut jobs = Vec::with_capacity(batch.len());
         for job in &batch {
             jobs.push(CompressedSumJob {
@@ -86,14 +94,14 @@ impl Gpu {
                 compression: job.compression,
             });
         }
-        staging.run(priority, || HOST.compressed_sum(jobs, bytes, priority));
+        staging.run(priority, || self.host.compressed_sum(jobs, bytes, priority));
         Ok(())
     }
 
     fn staged_copy_any(&self, src: &NDArray, dst: &NDArray, priority: i32) -> Result<()> {
-        let mut staging = Staging::default();
+        let mut staging = Staging::kept();
         let (s, d) = (staging.read(src)?, staging.write(dst, false)?);
-        staging.run(priority, || HOST.copy_any(&s, &d, priority));
+        staging.run(priority, || self.host.copy_any(&s, &d, priority));
         Ok(())
     }
 }
@@ -155,12 +163,12 @@ impl Backend for Gpu {
             return rsp::push_pull(pull, priority);
         }
         let out = pull.out.clone();
-        let mut staging = Staging::default();
+        let mut staging = Staging::kept();
         let staged = staging.read(&pull.row_ids).and_then(|row_ids| {
             Ok(RowSparsePull { stored: staging.read(&pull.stored)?, out: staging.write(&pull.out, false)?, row_ids })
         });
         match staged {
-            Ok(p) => staging.run(priority, || HOST.row_sparse_pull(p, priority)),
+            Ok(p) => staging.run(priority, || self.host.row_sparse_pull(p, priority)),
             Err(e) => fail(&[&out], e, priority),
         }
     }
@@ -173,7 +181,7 @@ impl Backend for Gpu {
             return copy::push_copies(vec![(src.clone(), dst.clone())], priority);
         }
         if !touches_device([src, dst].into_iter()) {
-            return HOST.copy_any(src, dst, priority);
+            return self.host.copy_any(src, dst, priority);
         }
         if let Err(e) = self.staged_copy_any(src, dst, priority) {
             fail(&[dst], e, priority);
@@ -189,6 +197,6 @@ impl Backend for Gpu {
 
     /// The host's: byte kernels read and write host memory, where GPU values are staged.
     fn byte_kernels(&self) -> &'static dyn ByteKernels {
-        &super::host::HOST_BYTES
+        self.host.byte_kernels()
     }
 }

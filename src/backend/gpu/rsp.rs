@@ -3,14 +3,18 @@
 //! row ids of the GPU arrays read (driver copies, completed from their events); a second op,
 //! ordered after it by the engine (both write the destinations), plans on the host where each
 //! row goes — [`sparse::plan_rows`] for sums, [`sparse::retain_positions`] for pulls, the host
-//! backend's own plans — allocates the destination's new rows on its GPU, brings the values
-//! there (peer copies from other GPUs, uploads of host values), launches
+//! backend's own plans — finds the destination's rows on its GPU ([`Target`]: its own memory
+//! when it holds as many rows already, else new memory), brings the values there (peer copies
+//! from other GPUs into buffers kept with the destination, uploads of host values), launches
 //! `rsp_accumulate_<dtype>` once per input in order (a sum) or `rsp_gather` (a pull), uploads
-//! the new ids, and installs both into the destination when the events fired. Results are the
-//! host backend's bit for bit; a failure leaves the destination as it was and is reported by
-//! the next wait on it. Workers never wait for the GPU.
+//! the new ids, and installs new memory into the destination when the events fired. Results
+//! are the host backend's bit for bit; a failure is reported by the next wait on the
+//! destination. Workers never wait for the GPU. The tables, copies and pinned staging buffers
+//! are kept with the destination ([`super::kept`]): with the same number of rows each time (a
+//! steady loop's), a sum or pull allocates nothing.
 
-use super::rows::{is_device_row_sparse, Install};
+use super::kept::{self, SharedPinned, Use};
+use super::rows::is_device_row_sparse;
 use crate::backend::{RowSparsePull, SumJob};
 use crate::engine::{engine, OpDone, Var};
 use crate::error::{Error, Result};
@@ -51,7 +55,7 @@ fn staging(len: usize) -> Result<PinnedMemory> {
 
 /// What the first op downloads of one source.
 struct IdLanding {
-    staged: Option<PinnedMemory>,
+    staged: Option<SharedPinned>,
     dtype: DType,
     n: usize,
     /// A row_sparse source's row count: its ids are checked against it (malformed ids read
@@ -59,7 +63,9 @@ struct IdLanding {
     check_rows: Option<usize>,
 }
 
-fn enqueue_ids(q: &mut Queue, src: &NDArray) -> Result<IdLanding> {
+/// Enqueues the download of `src`'s ids into the pinned buffer kept with `owner` (an array the
+/// op writes) for source `position`.
+fn enqueue_ids(q: &mut Queue, src: &NDArray, owner: &NDArray, position: usize) -> Result<IdLanding> {
     let (from, dtype, n, check_rows) = if src.stype() == StorageType::RowSparse {
         let Some(parts) = src.device_rows() else {
             crate::bail!("internal error: {src:?} does not hold its rows in a GPU's memory");
@@ -75,14 +81,15 @@ fn enqueue_ids(q: &mut Queue, src: &NDArray) -> Result<IdLanding> {
     if bytes == 0 {
         return Ok(IdLanding { staged: None, dtype, n: 0, check_rows });
     }
-    let staged = staging(bytes)?;
-    q.copy(Place::Host(staged.at(0)), Place::Device(from), bytes);
+    let staged = kept::pinned(owner, Use::IdLanding(position), bytes)?;
+    let at = staged.lock().at(0);
+    q.copy(Place::Host(at), Place::Device(from), bytes);
     Ok(IdLanding { staged: Some(staged), dtype, n, check_rows })
 }
 
 fn land_ids(l: IdLanding) -> Result<Vec<i64>> {
     let Some(staged) = l.staged else { return Ok(Vec::new()) };
-    let ids = row_ids_of(l.dtype, &staged.bytes()[..l.n * l.dtype.size()], l.n)?;
+    let ids = row_ids_of(l.dtype, &staged.lock().bytes()[..l.n * l.dtype.size()], l.n)?;
     match l.check_rows {
         Some(rows) if check_row_ids(&ids, rows).is_err() => Ok(Vec::new()),
         _ => Ok(ids),
@@ -90,8 +97,10 @@ fn land_ids(l: IdLanding) -> Result<Vec<i64>> {
 }
 
 /// Schedules the download of the ids of `sources` (GPU row_sparse arrays' row ids, or dense
-/// GPU arrays of ids) as an op writing `writes`; the ids land in the returned slot.
-fn push_id_downloads(sources: Vec<NDArray>, writes: &[NDArray], priority: i32) -> Slot {
+/// GPU arrays of ids) as an op writing `writes`; the ids land in the returned slot, through
+/// pinned buffers kept with `owners` (for each source, the array of `writes` its job writes,
+/// and the source's position in that job).
+fn push_id_downloads(sources: Vec<NDArray>, owners: Vec<(NDArray, usize)>, writes: &[NDArray], priority: i32) -> Slot {
     let slot: Slot = Arc::new(Mutex::new(None));
     let filled = Arc::clone(&slot);
     let held = (sources.clone(), writes.to_vec());
@@ -103,8 +112,8 @@ fn push_id_downloads(sources: Vec<NDArray>, writes: &[NDArray], priority: i32) -
         let span = super::traced_span("gpu_row_ids", sources.len(), bytes, &sources[0]);
         let mut q = Queue::new();
         let mut landings = Vec::with_capacity(sources.len());
-        for s in &sources {
-            match enqueue_ids(&mut q, s) {
+        for (s, (owner, position)) in sources.iter().zip(&owners) {
+            match enqueue_ids(&mut q, s, owner, *position) {
                 Ok(l) => landings.push(l),
                 Err(e) => {
                     q.fail(e.message().to_string());
@@ -135,34 +144,77 @@ fn take_ids(slot: Option<Slot>) -> Result<Vec<Vec<i64>>> {
     }
 }
 
-impl Install {
-    /// New device memory on `dst`'s GPU for `ids` and their values, the ids' upload enqueued.
-    fn new(q: &mut Queue, dst: &NDArray, ids: &[i64]) -> Result<Install> {
+/// Where a row_sparse sum or pull on a GPU writes its destination's rows. When the
+/// destination already holds as many rows (a steady loop's), in its own memory: the new ids
+/// are uploaded over the old and every value byte is written (each row's first contributor
+/// copied, a gather writing zeros for rows not stored), so nothing is allocated and the values
+/// are those fresh memory would get (a failure then leaves the destination partly written, and
+/// reported by the next wait on it). Otherwise in new memory on its GPU, installed when the
+/// events fired (a failure leaves the destination as it was).
+struct Target {
+    dst: NDArray,
+    id_dtype: DType,
+    rows: usize,
+    values: DevicePtr,
+    /// New memory (ids, values) to install; `None` when written in place.
+    fresh: Option<(DeviceMemory, DeviceMemory)>,
+}
+
+impl Target {
+    /// Where `dst`'s rows `ids` go, the ids' upload enqueued.
+    fn new(q: &mut Queue, dst: &NDArray, ids: &[i64]) -> Result<Target> {
         let ordinal = dst.ctx().dev_id;
         let id_dtype = dst.row_id_dtype();
-        let values = DeviceMemory::zeroed(ordinal, ids.len() * dst.row_bytes()).map_err(Error::new)?;
-        let id_mem = DeviceMemory::zeroed(ordinal, ids.len() * id_dtype.size()).map_err(Error::new)?;
+        let id_len = ids.len() * id_dtype.size();
+        let in_place = dst.device_rows().filter(|r| !ids.is_empty() && r.rows == ids.len() && r.id_dtype == id_dtype && r.ids.ordinal == ordinal);
+        let (ids_at, values, fresh) = match in_place {
+            Some(r) => (r.ids, r.values, None),
+            None => {
+                let values = DeviceMemory::zeroed(ordinal, ids.len() * dst.row_bytes()).map_err(Error::new)?;
+                let id_mem = DeviceMemory::zeroed(ordinal, id_len).map_err(Error::new)?;
+                (id_mem.ptr(), values.ptr(), Some((id_mem, values)))
+            }
+        };
         if !ids.is_empty() {
-            let mut staged = staging(ids.len() * id_dtype.size())?;
-            crate::base::cast(DType::Int64, bytemuck::cast_slice(ids), id_dtype, staged.bytes_mut());
-            q.copy(Place::Device(id_mem.ptr()), Place::Host(staged.at(0)), staged.len());
+            let staged = kept::pinned(dst, Use::IdUpload, id_len)?;
+            let at = {
+                let mut s = staged.lock();
+                crate::base::cast(DType::Int64, bytemuck::cast_slice(ids), id_dtype, &mut s.bytes_mut()[..id_len]);
+                s.at(0)
+            };
+            q.copy(Place::Device(ids_at), Place::Host(at), id_len);
             q.hold(Box::new(staged));
         }
-        Ok(Install { dst: dst.clone(), id_dtype, rows: ids.len(), ids: id_mem, values })
+        Ok(Target { dst: dst.clone(), id_dtype, rows: ids.len(), values, fresh })
     }
 
+    /// Installs new memory (nothing to do for rows written in place).
     fn install(self) {
-        self.dst.install_rows(self.id_dtype, self.rows, Memory::Device(self.ids), Memory::Device(self.values));
+        if let Some((ids, values)) = self.fresh {
+            self.dst.install_rows(self.id_dtype, self.rows, Memory::Device(ids), Memory::Device(values));
+        }
     }
 }
 
-/// `bytes` from `from` in scratch memory on `ordinal` (listed in `temps`), ordered before the
-/// kernels; `None` when the queue failed.
-fn scratch_from(q: &mut Queue, ordinal: i32, from: Place, bytes: usize, temps: &mut Vec<DevicePtr>) -> Option<DevicePtr> {
-    let t = q.alloc_temp(ordinal, bytes)?;
-    temps.push(t);
+/// `bytes` from `from` in a buffer on `ordinal` kept with `dst` for `what` ([`super::kept`]),
+/// ordered before the kernels; `None` when the queue failed.
+fn scratch_from(q: &mut Queue, dst: &NDArray, what: Use, ordinal: i32, from: Place, bytes: usize) -> Option<DevicePtr> {
+    let t = kept::buffer(q, dst, what, ordinal, bytes)?;
     q.copy_before_kernels(Place::Device(t), from, bytes);
     Some(t)
+}
+
+/// `bytes` in the pinned buffer kept with `owner` for `what`, which the queue holds until its
+/// work finished.
+fn kept_staged(q: &mut Queue, owner: &NDArray, what: Use, bytes: &[u8]) -> Result<Place> {
+    let s = kept::pinned(owner, what, bytes.len())?;
+    let at = {
+        let mut staged = s.lock();
+        staged.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        staged.at(0)
+    };
+    q.hold(Box::new(s));
+    Ok(Place::Host(at))
 }
 
 /// Pinned memory holding `bytes`, kept by the queue until its work finished.
@@ -174,8 +226,9 @@ fn staged_bytes(q: &mut Queue, bytes: &[u8]) -> Result<Place> {
     Ok(place)
 }
 
-/// The values of `v` (`bytes` long) on `ordinal`: in place, or in scratch filled from them.
-fn values_on(q: &mut Queue, ordinal: i32, v: &NDArray, host: Option<&[u8]>, bytes: usize, temps: &mut Vec<DevicePtr>) -> Result<Option<DevicePtr>> {
+/// The values of `v` (`bytes` long) on `ordinal`: in place, or in the buffer kept with `dst`
+/// for input `position`, filled from them.
+fn values_on(q: &mut Queue, dst: &NDArray, position: usize, ordinal: i32, v: &NDArray, host: Option<&[u8]>, bytes: usize) -> Result<Option<DevicePtr>> {
     let from = match host {
         Some(data) => {
             let Some(data) = data.get(..bytes) else { crate::bail!("internal error: {v:?} holds fewer values than rows") };
@@ -191,16 +244,21 @@ fn values_on(q: &mut Queue, ordinal: i32, v: &NDArray, host: Option<&[u8]>, byte
             Place::Device(parts.values)
         }
     };
-    Ok(scratch_from(q, ordinal, from, bytes, temps))
+    Ok(scratch_from(q, dst, Use::Rows(position), ordinal, from, bytes))
 }
 
 /// Schedules the row_sparse sums of `batch` (each [`is_native_sum`]): the ids' download, then
 /// the kernels.
 pub(super) fn push_sums(values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, priority: i32) {
     let dsts: Vec<NDArray> = batch.iter().map(|j| j.dst.clone()).collect();
-    let on_gpus: Vec<NDArray> =
-        batch.iter().flat_map(|j| values[j.values.clone()].iter()).filter(|v| is_device_row_sparse(v)).cloned().collect();
-    let slot = (!on_gpus.is_empty()).then(|| push_id_downloads(on_gpus, &dsts, priority));
+    let (mut on_gpus, mut owners) = (Vec::new(), Vec::new());
+    for job in &batch {
+        for (position, v) in values[job.values.clone()].iter().enumerate().filter(|(_, v)| is_device_row_sparse(v)) {
+            on_gpus.push(v.clone());
+            owners.push((job.dst.clone(), position));
+        }
+    }
+    let slot = (!on_gpus.is_empty()).then(|| push_id_downloads(on_gpus, owners, &dsts, priority));
     let reads: Vec<&Var> = batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)).collect();
     let writes: Vec<&Var> = dsts.iter().map(NDArray::var).collect();
     let values = Arc::clone(values);
@@ -227,7 +285,7 @@ fn run_sums(values: Arc<Vec<NDArray>>, batch: Vec<SumJob>, slot: Option<Slot>, d
     }
     q.finish(
         Box::new(move |outcome| {
-            let outcome = outcome.map_err(Error::new).map(|()| installs.into_iter().for_each(Install::install));
+            let outcome = outcome.map_err(Error::new).map(|()| installs.into_iter().for_each(Target::install));
             drop(span);
             done.finish(outcome);
         }),
@@ -240,7 +298,7 @@ fn enqueue_sum(
     vals: &[NDArray],
     dst: &NDArray,
     downloaded: &mut impl Iterator<Item = Vec<i64>>,
-    installs: &mut Vec<Install>,
+    installs: &mut Vec<Target>,
 ) -> Result<()> {
     // Each input's ids, and a host input's values.
     let mut inputs: Vec<(Vec<i64>, Option<Vec<u8>>)> = Vec::with_capacity(vals.len());
@@ -254,8 +312,8 @@ fn enqueue_sum(
     }
     let id_lists: Vec<&[i64]> = inputs.iter().map(|(ids, _)| &ids[..]).collect();
     let plan = sparse::plan_rows(&id_lists)?;
-    let install = Install::new(q, dst, &plan.rows)?;
-    let out = install.values.ptr();
+    let install = Target::new(q, dst, &plan.rows)?;
+    let out = install.values;
     installs.push(install);
     let (ordinal, row_bytes, row_len, dtype) = (out.ordinal, dst.row_bytes(), dst.row_len(), dst.dtype());
     let total: usize = plan.positions.iter().map(Vec::len).sum();
@@ -270,26 +328,19 @@ fn enqueue_sum(
     for f in &plan.first {
         table.extend_from_slice(f);
     }
-    let from = staged_bytes(q, &table)?;
-    let mut temps = Vec::new();
-    let result = (|| -> Result<()> {
-        let Some(table) = scratch_from(q, ordinal, from, table.len(), &mut temps) else { return Ok(()) };
-        let mut at = 0usize;
-        for ((ids, host), v) in inputs.iter().zip(vals) {
-            let n = ids.len();
-            if n == 0 {
-                continue;
-            }
-            let Some(data) = values_on(q, ordinal, v, host.as_deref(), n * row_bytes, &mut temps)? else { return Ok(()) };
-            rsp_accumulate(q, out, data, table.offset(at * 8), table.offset(total * 8 + at), n as u64, row_len as u64, dtype);
-            at += n;
+    let from = kept_staged(q, dst, Use::TableStaging, &table)?;
+    let Some(table) = scratch_from(q, dst, Use::RowTable, ordinal, from, table.len()) else { return Ok(()) };
+    let mut at = 0usize;
+    for (position, ((ids, host), v)) in inputs.iter().zip(vals).enumerate() {
+        let n = ids.len();
+        if n == 0 {
+            continue;
         }
-        Ok(())
-    })();
-    for t in temps {
-        q.free_temp(t);
+        let Some(data) = values_on(q, dst, position, ordinal, v, host.as_deref(), n * row_bytes)? else { return Ok(()) };
+        rsp_accumulate(q, out, data, table.offset(at * 8), table.offset(total * 8 + at), n as u64, row_len as u64, dtype);
+        at += n;
     }
-    result
+    Ok(())
 }
 
 /// Schedules `pull` ([`is_native_pull`]): the ids' download, then the gather.
@@ -298,7 +349,8 @@ pub(super) fn push_pull(pull: RowSparsePull, priority: i32) {
     if pull.row_ids.on_device() {
         sources.push(pull.row_ids.clone());
     }
-    let slot = push_id_downloads(sources, std::slice::from_ref(&pull.out), priority);
+    let owners = (0..sources.len()).map(|position| (pull.out.clone(), position)).collect();
+    let slot = push_id_downloads(sources, owners, std::slice::from_ref(&pull.out), priority);
     let reads = [pull.stored.var(), pull.row_ids.var()];
     let writes = [pull.out.var()];
     let (stored, out, row_ids) = (pull.stored.clone(), pull.out.clone(), pull.row_ids.clone());
@@ -316,7 +368,7 @@ fn run_pull(pull: RowSparsePull, slot: Slot, done: OpDone) {
     }
     q.finish(
         Box::new(move |outcome| {
-            let outcome = outcome.map_err(Error::new).map(|()| installs.into_iter().for_each(Install::install));
+            let outcome = outcome.map_err(Error::new).map(|()| installs.into_iter().for_each(Target::install));
             drop(span);
             done.finish(outcome);
         }),
@@ -324,7 +376,7 @@ fn run_pull(pull: RowSparsePull, slot: Slot, done: OpDone) {
     );
 }
 
-fn enqueue_pull(q: &mut Queue, pull: &RowSparsePull, slot: Option<Slot>, installs: &mut Vec<Install>) -> Result<()> {
+fn enqueue_pull(q: &mut Queue, pull: &RowSparsePull, slot: Option<Slot>, installs: &mut Vec<Target>) -> Result<()> {
     let mut downloaded = take_ids(slot)?.into_iter();
     let stored_ids = downloaded.next().unwrap_or_default();
     // The wanted rows: the ids cast to int64, sorted, unique (as the host backend's pull).
@@ -340,33 +392,26 @@ fn enqueue_pull(q: &mut Queue, pull: &RowSparsePull, slot: Option<Slot>, install
     want.sort_unstable();
     want.dedup();
     let positions = sparse::retain_positions(&stored_ids, &want)?;
-    let install = Install::new(q, &pull.out, &want)?;
-    let out = install.values.ptr();
+    let install = Target::new(q, &pull.out, &want)?;
+    let out = install.values;
     installs.push(install);
     let row_bytes = pull.out.row_bytes();
     if want.is_empty() || row_bytes == 0 {
         return Ok(());
     }
     let ordinal = out.ordinal;
-    let from = staged_bytes(q, bytemuck::cast_slice(&positions))?;
-    let mut temps = Vec::new();
-    let result = (|| -> Result<()> {
-        let Some(pos) = scratch_from(q, ordinal, from, positions.len() * 8, &mut temps) else { return Ok(()) };
-        let n_stored = stored_ids.len();
-        // With no stored rows every position is -1: the kernel reads no row.
-        let rows = if n_stored == 0 {
-            pos
-        } else {
-            match values_on(q, ordinal, &pull.stored, None, n_stored * row_bytes, &mut temps)? {
-                Some(p) => p,
-                None => return Ok(()),
-            }
-        };
-        rsp_gather(q, out, rows, pos, want.len() as u64, n_stored as u64, row_bytes as u64);
-        Ok(())
-    })();
-    for t in temps {
-        q.free_temp(t);
-    }
-    result
+    let from = kept_staged(q, &pull.out, Use::TableStaging, bytemuck::cast_slice(&positions))?;
+    let Some(pos) = scratch_from(q, &pull.out, Use::RowTable, ordinal, from, positions.len() * 8) else { return Ok(()) };
+    let n_stored = stored_ids.len();
+    // With no stored rows every position is -1: the kernel reads no row.
+    let rows = if n_stored == 0 {
+        pos
+    } else {
+        match values_on(q, &pull.out, 0, ordinal, &pull.stored, None, n_stored * row_bytes)? {
+            Some(p) => p,
+            None => return Ok(()),
+        }
+    };
+    rsp_gather(q, out, rows, pos, want.len() as u64, n_stored as u64, row_bytes as u64);
+    Ok(())
 }

@@ -1,14 +1,20 @@
 //! Dense sums on a GPU (the `device` store's merge buffers): each value not already on the
-//! sum's device is copied to scratch memory there (peer copies between GPUs, pinned staging
-//! from the host), then summed in the store's order — small keys of a batch in one fused
-//! launch per device, bigger keys by `sum_<dtype>` launches each. One engine op per batch,
-//! completed from the event.
+//! sum's device is copied into a buffer there (peer copies between GPUs, pinned staging from
+//! the host), then summed in the store's order — small keys of a batch in one fused launch
+//! per device, bigger keys by `sum_<dtype>` launches each. One engine op per batch, completed
+//! from the event.
+//!
+//! The copy buffers are MXNet's `CommDevice` `copy_buf`: kept with the merge buffer
+//! ([`super::kept`]), one per value position whose value is on another device, made at the
+//! key's first such push and reused by every later one; so is each device's fused table,
+//! kept with its first key.
 
 use crate::backend::{SumJob, SumOrder};
 use crate::engine::{engine, OpDone, Var};
 use crate::error::Error;
 use crate::gpu::fused::SmallKey;
 use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
+use super::kept::{self, Use};
 use crate::gpu::{DevicePtr, Place, Queue};
 use crate::ndarray::{DType, NDArray, StorageType};
 use std::sync::Arc;
@@ -31,8 +37,9 @@ pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<
     engine().push_async(&reads, &writes, priority, move |_, done| run(order, values_for_op, batch_for_op, done));
 }
 
-/// The address on `ordinal` that the sum reads `v` from: its own, or scratch filled from it.
-fn source_on(q: &mut Queue, ordinal: i32, v: &NDArray, temps: &mut Vec<DevicePtr>) -> Option<DevicePtr> {
+/// The address on `ordinal` that the sum into `dst` reads value `position`, `v`, from: its
+/// own, or its copy buffer filled from it.
+fn source_on(q: &mut Queue, ordinal: i32, v: &NDArray, dst: &NDArray, position: usize) -> Option<DevicePtr> {
     let from = match super::copy::source_place(q, v) {
         Ok(Place::Device(p)) if p.ordinal == ordinal => return Some(p),
         Ok(place) => place,
@@ -42,26 +49,25 @@ fn source_on(q: &mut Queue, ordinal: i32, v: &NDArray, temps: &mut Vec<DevicePtr
         }
     };
     let bytes = v.data_byte_len();
-    let scratch = q.alloc_temp(ordinal, bytes)?;
-    q.copy_before_kernels(Place::Device(scratch), from, bytes);
-    temps.push(scratch);
-    Some(scratch)
+    let buffer = kept::buffer(q, dst, Use::Copy(position), ordinal, bytes)?;
+    q.copy_before_kernels(Place::Device(buffer), from, bytes);
+    Some(buffer)
 }
 
 fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done: OpDone) {
     let bytes = batch.iter().map(|j| j.dst.data_byte_len() * (j.values.len() + 1)).sum();
     let span = super::traced_span("gpu_sum", batch.len(), bytes, &batch[0].dst);
     let mut q = Queue::new();
-    let mut temps = Vec::new();
-    let mut small: Vec<(i32, Vec<SmallKey>)> = Vec::new();
+    // Per device: the small keys, and the first one's destination (keeping the table).
+    let mut small: Vec<(i32, Vec<SmallKey>, &NDArray)> = Vec::new();
     for job in batch.iter() {
         let Some(dst) = job.dst.device_ptr() else {
             q.fail("internal error: a GPU sum into host memory".into());
             break;
         };
         let mut srcs = Vec::with_capacity(job.values.len());
-        for v in &values[job.values.clone()] {
-            match source_on(&mut q, dst.ordinal, v, &mut temps) {
+        for (position, v) in values[job.values.clone()].iter().enumerate() {
+            match source_on(&mut q, dst.ordinal, v, &job.dst, position) {
                 Some(p) => srcs.push(p),
                 None => break,
             }
@@ -72,19 +78,16 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
         let (n, dtype) = (job.dst.size() as u64, job.dst.dtype());
         if n <= SMALL_KEY_ELEMS {
             let key = SmallKey { dst: dst.addr, srcs: srcs.iter().map(|p| p.addr).collect(), n, dtype, order };
-            match small.iter_mut().find(|(o, _)| *o == dst.ordinal) {
-                Some((_, keys)) => keys.push(key),
-                None => small.push((dst.ordinal, vec![key])),
+            match small.iter_mut().find(|(o, _, _)| *o == dst.ordinal) {
+                Some((_, keys, _)) => keys.push(key),
+                None => small.push((dst.ordinal, vec![key], &job.dst)),
             }
         } else {
             sums::sum(&mut q, dst, &srcs, n, dtype, order);
         }
     }
-    for (ordinal, keys) in &small {
-        sums::fused(&mut q, *ordinal, keys);
-    }
-    for t in temps {
-        q.free_temp(t);
+    for (ordinal, keys, first) in &small {
+        sums::fused(&mut q, *ordinal, keys, |q: &mut Queue, bytes| kept::buffer(q, first, Use::FusedTable, *ordinal, bytes));
     }
     q.finish(
         Box::new(move |r| {

@@ -1,13 +1,13 @@
 //! The host backend: arrays in host memory (`cpu`, `cpu_pinned`, `cpu_shared`). Each batch the
 //! store hands over becomes one engine op; the op picks the kernels (`reduce`, `compression`)
-//! and takes the arrays' memory locks. A job touching GPU memory (a `local` store's GPU
-//! values, a pull into GPU outputs) goes to the GPU backend, which stages it back here.
+//! and takes the arrays' memory locks. It knows nothing of GPUs: the seam
+//! (`src/backend/mod.rs`) hands a job touching GPU memory (a `local` store's GPU values, a pull
+//! into GPU outputs) to the GPU backend, which stages what it does not run on a GPU back here.
 
 mod bytes;
 mod copy;
 mod failpoint;
 
-use super::gpu::{touches_device, GPU};
 use super::{Backend, ByteKernels, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::base::buffer::{typed, typed_mut, Buffer};
 use crate::base::DType;
@@ -61,9 +61,6 @@ impl Backend for Host {
     }
 
     fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) {
-        if touches_device(batch.iter().flat_map(|j| values[j.values.clone()].iter().chain(std::iter::once(&j.dst)))) {
-            return GPU.sum(order, values, batch, bytes, priority);
-        }
         // Shared with the op, not cloned: cloning views touches refcounts the workers use too.
         let batch = Arc::new(batch);
         let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
@@ -74,9 +71,6 @@ impl Backend for Host {
     }
 
     fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
-        if touches_device(batch.iter().flat_map(|j| j.values.iter().chain(&j.residuals).chain(std::iter::once(&j.dst)))) {
-            return GPU.compressed_sum(batch, bytes, priority);
-        }
         let batch = Arc::new(batch);
         let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
         let writes: Vec<&Var> =
@@ -86,9 +80,6 @@ impl Backend for Host {
     }
 
     fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, bytes: usize, priority: i32) {
-        if touches_device(batch.iter().flat_map(|j| outs[j.dsts.clone()].iter().chain(std::iter::once(&j.src)))) {
-            return GPU.copy(outs, batch, bytes, priority);
-        }
         let batch = Arc::new(batch);
         let reads: Vec<&Var> = batch.iter().map(|j| j.src.var()).collect();
         let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
@@ -98,9 +89,6 @@ impl Backend for Host {
     }
 
     fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32) {
-        if touches_device([&pull.stored, &pull.out, &pull.row_ids].into_iter()) {
-            return GPU.row_sparse_pull(pull, priority);
-        }
         let reads = [pull.stored.var(), pull.row_ids.var()];
         let writes = [pull.out.var()];
         let RowSparsePull { stored, out, row_ids } = pull.clone_views();
@@ -109,17 +97,11 @@ impl Backend for Host {
     }
 
     fn copy_any(&self, src: &NDArray, dst: &NDArray, priority: i32) {
-        if touches_device([src, dst].into_iter()) {
-            return GPU.copy_any(src, dst, priority);
-        }
         let (s, d) = (src.clone(), dst.clone());
         engine().push(&[src.var()], &[dst.var()], priority, move |env| copy_any_now(&s, &d, env.threads()));
     }
 
     fn copy_sync(&self, src: &NDArray, dst: &NDArray) -> Result<()> {
-        if touches_device([src, dst].into_iter()) {
-            return GPU.copy_sync(src, dst);
-        }
         src.check_copy_to(dst)?;
         let threads = engine().thread_budget();
         engine().run_sync(&[src.var()], &[dst.var()], || copy::copy_dense_now(src, dst, threads))?
