@@ -7,9 +7,10 @@
 //!
 //! Which arrays: what the host reports decides, per array and per call. The array must be
 //! dense, on a CPU context (`cpu`, `cpu_pinned`, `cpu_shared`), non-empty, of a dtype hosted
-//! mode stores, with memory aligned to its element size, and seen by the store in an earlier
-//! call ([`Lender`]: an operator's fresh output may yet be laid out in a oneDNN layout by the
-//! op producing it). `MXNDArrayGetData` gives the memory, first reordering a
+//! mode stores, with memory aligned to its element size, seen by the store in two earlier
+//! calls and found in the plain layout by a probe ([`Lender`], [`probe`]: an operator's fresh
+//! output, or an array a oneDNN operator recomputes in place call after call, may yet be laid
+//! out in a blocked layout by the op producing it, still pending at the call). `MXNDArrayGetData` gives the memory, first reordering a
 //! oneDNN-laid-out array into the plain layout (waiting for its writers, as the host
 //! documents). Every other array crosses through a staging array (`super::store`).
 //! An array whose chunk another array of the same call already lends (a view of it, or the
@@ -25,6 +26,7 @@
 //! `KVSTORE_HOSTED_ZERO_COPY=0` stages every array, as before lending existed.
 
 use super::dlpack::dl_type;
+use super::async_op::{push_async, Property};
 use super::host::{Described, Host, DENSE};
 use super::sparse::dims;
 use crate::engine::engine;
@@ -34,15 +36,21 @@ use crate::{NDArray, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// The bit that marks a lent array's token, so the host engine checks its layout at op time
 /// ([`unplain`]). Tokens are host array handles, so their low bits are otherwise zero.
 pub(super) const LENT_TOKEN: usize = 1;
 
-/// The host array handle of a token (lent or not).
+/// The bit that marks a token that is a host array over its native array's own memory (a lent
+/// array's, a staging array's, an updater's view): the host array an updater can be handed
+/// for that memory, ordered with the store's ops. Other tokens stand for a dependency only.
+pub(super) const OVER_MEMORY: usize = 2;
+
+/// The host array handle of a token.
 pub(super) fn handle_of(token: usize) -> NDArrayHandle {
-    (token & !LENT_TOKEN) as NDArrayHandle
+    (token & !(LENT_TOKEN | OVER_MEMORY)) as NDArrayHandle
 }
 
 /// The environment variable that turns lending off (`0`).
@@ -117,7 +125,16 @@ struct Seen {
     bytes: usize,
     /// Found laid out anew at op time: staged from now on.
     unplain: bool,
+    /// Whether its probe is queued ([`probe`], at its second call).
+    probed: bool,
+    /// What the probe found, once it has run.
+    layout: Arc<AtomicU8>,
 }
+
+/// What a probe found of an array's layout once its writers queued before were done.
+const LAYOUT_UNKNOWN: u8 = 0;
+const LAYOUT_PLAIN: u8 = 1;
+const LAYOUT_ONEDNN: u8 = 2;
 
 enum Holds {
     /// A shallow copy of the array, not lent yet.
@@ -126,10 +143,12 @@ enum Holds {
     Native { ptr: usize, dtype: crate::DType, shape: Vec<i64>, native: NDArray },
 }
 
-/// The host arrays a hosted store has seen, so that an array is lent only from its second
-/// call on: the first call stages it. A new array every call (an operator's fresh output,
-/// whose producing op may still lay it out in a oneDNN layout) is therefore always staged;
-/// arrays a program keeps (gradients, weights) are lent.
+/// The host arrays a hosted store has seen, so that an array is lent only from its third call
+/// on: the first call stages it, the second stages it and queues a [`probe`] of its layout
+/// behind its writers, later calls lend it if the probe found it plain. A new array every call
+/// (an operator's fresh output, whose producing op may still lay it out in a oneDNN layout) is
+/// therefore always staged, and so is an array a oneDNN operator recomputes in place; arrays a
+/// program keeps (gradients, weights) are lent.
 ///
 /// Entries not used for a window of calls go (the window: as many calls as there are entries,
 /// at least 1024), sooner where the bytes they hold more than double (plus 256 MiB) since the
@@ -242,7 +261,8 @@ impl<'a> Lending<'a> {
         if !known {
             let on_host = HOST_DEVICE_TYPES.contains(&host.device_type(array)?);
             let token = host.shallow_copy(array)? as usize;
-            let entry = Seen { chunk, holds: Holds::Handle(token), on_host, used: calls, bytes: len, unplain: false };
+            let layout = Arc::new(AtomicU8::new(LAYOUT_UNKNOWN));
+            let entry = Seen { chunk, holds: Holds::Handle(token), on_host, used: calls, bytes: len, unplain: false, probed: false, layout };
             seen.bytes += len;
             if let Some(old) = seen.by_handle.insert(array as usize, entry) {
                 seen.bytes -= old.bytes;
@@ -253,6 +273,15 @@ impl<'a> Lending<'a> {
         let Some(entry) = seen.by_handle.get_mut(&(array as usize)) else { return Ok(None) };
         entry.used = calls;
         if entry.unplain || !entry.on_host {
+            return Ok(None);
+        }
+        if !entry.probed {
+            // The second call: an array the program keeps. Staged once more, probed.
+            entry.probed = true;
+            probe(array, &entry.layout)?;
+            return Ok(None);
+        }
+        if entry.layout.load(Ordering::Acquire) != LAYOUT_PLAIN {
             return Ok(None);
         }
         let ptr = host.data_ptr(array)?;
@@ -269,7 +298,7 @@ impl<'a> Lending<'a> {
                 }
             };
             let native = NDArray::over_foreign(&dims(&d.shape), d.dtype, Box::new(LentBytes { ptr, len }))?;
-            if !engine().bind_host_token(native.var(), token | LENT_TOKEN) {
+            if !engine().bind_host_token(native.var(), token | LENT_TOKEN | OVER_MEMORY) {
                 host.forget(token as NDArrayHandle);
                 crate::bail!("the host's engine has shut down: no store call can run");
             }
@@ -283,25 +312,57 @@ impl<'a> Lending<'a> {
     }
 }
 
+/// Queues a host op reading `array` (after the host ops queued before on it, such as the op
+/// producing it) that records in `layout` whether the host then holds it in the plain layout:
+/// an array a oneDNN operator writes in a blocked layout (recomputed into the same array call
+/// after call) is found so and staged from then on, before it is ever lent.
+fn probe(array: NDArrayHandle, layout: &Arc<AtomicU8>) -> Result<()> {
+    let Some(host) = super::host() else { return Ok(()) };
+    let mut copy = host.shallow_copy(array)?;
+    let layout = Arc::clone(layout);
+    let owned = copy as usize;
+    let pushed = push_async(host, &[copy], &[], 0, (c"KVStoreProbe", Property::Normal), move |done| {
+        let handle = owned as NDArrayHandle;
+        let found = if not_plain(host, handle).is_some() { LAYOUT_ONEDNN } else { LAYOUT_PLAIN };
+        layout.store(found, Ordering::Release);
+        host.forget(handle);
+        done.finish();
+    });
+    if pushed.is_err() {
+        host.forget(std::mem::replace(&mut copy, std::ptr::null_mut()));
+    }
+    pushed
+}
+
 /// At op time, inside the host's engine: why the op must not run, where one of the lent
-/// arrays (`handles`, their tokens) is no longer laid out plainly.
+/// arrays (`handles`, their tokens) is no longer laid out plainly. The arrays found so are
+/// staged from the store's next call on.
 pub(super) fn unplain(host: &Host, handles: &[NDArrayHandle]) -> Option<String> {
     for &h in handles {
-        let mut managed: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a live token (its variable holds it while the op is queued) and a live
-        // out-pointer; the host answers without waiting (it refuses a oneDNN layout).
-        let rc = unsafe { (host.api.to_dlpack)(h, &mut managed) };
-        if rc != 0 {
+        if let Some(why) = not_plain(host, h) {
             UNPLAIN.lock().push(h as usize);
             ANY_UNPLAIN.store(true, Ordering::Release);
             return Some(format!(
-                "a host array the store reads or writes in place was laid out anew by a host op queued before this one (the host says: {}); \
-                 wait for such arrays before passing them to the store, or set {ZERO_COPY_VAR}=0",
-                host.last_error()
+                "a host array the store reads or writes in place was laid out anew by a host op queued before this one (the host says: {why}); \
+                 wait for such arrays before passing them to the store, or set {ZERO_COPY_VAR}=0"
             ));
         }
-        // SAFETY: the tensor the host just made, handed back once.
-        unsafe { (host.api.call_dlpack_deleter)(managed) };
     }
+    None
+}
+
+/// The host's reason, where it holds `array` in a layout other than the plain one. Asks
+/// without waiting (`MXNDArrayToDLPack` refuses a oneDNN layout); MXNet 1.9 keeps the small
+/// tensor it had started to make when it refuses, so this is asked once per array at most
+/// where the answer can be no (a probe, or an op that then marks the array staged).
+fn not_plain(host: &Host, array: NDArrayHandle) -> Option<String> {
+    let mut managed: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a live host handle and a live out-pointer; the host answers without waiting.
+    let rc = unsafe { (host.api.to_dlpack)(array, &mut managed) };
+    if rc != 0 {
+        return Some(host.last_error());
+    }
+    // SAFETY: the tensor the host just made, handed back once.
+    unsafe { (host.api.call_dlpack_deleter)(managed) };
     None
 }

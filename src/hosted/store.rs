@@ -20,7 +20,7 @@
 use super::dlpack::HostArray;
 use super::engine::named;
 use super::host::{describe, Described, Host, DENSE, ROW_SPARSE};
-use super::lent::{handle_of, Lender, Lending, LENT_TOKEN};
+use super::lent::{handle_of, Lender, Lending, OVER_MEMORY};
 use super::key::{drop_source_for_test, sum_failure_for_test, with_native_keys, Key};
 use super::sparse::{self, dims};
 use crate::engine::engine;
@@ -51,7 +51,7 @@ impl Staging {
         let view = HostArray::over_native(host, &native)?;
         let token = host.shallow_copy(view.handle)?;
         // A new array has no token yet; only a stopped host engine refuses.
-        if !engine().bind_host_token(native.var(), token as usize) {
+        if !engine().bind_host_token(native.var(), token as usize | OVER_MEMORY) {
             host.release(token);
             view.forget(host);
             crate::bail!("the host's engine has shut down: no store call can run");
@@ -113,9 +113,10 @@ impl Views {
     const MOST: usize = 4096;
 
     fn over(&self, host: &Host, array: &NDArray) -> Result<NDArrayHandle> {
-        // A host array lent to the store (a single pushed value handed on as the sum): the
-        // host's own array, which is what MXNet's updater gets too.
-        if let Some(token) = engine().host_token(array.var())?.filter(|t| t & LENT_TOKEN != 0) {
+        // Memory a host array already stands for (a single pushed value handed on as the sum:
+        // the host's own array, lent, which is what MXNet's updater gets too; or its staging
+        // array): that host array, whose dependency is the store's.
+        if let Some(token) = engine().host_token(array.var())?.filter(|t| t & OVER_MEMORY != 0) {
             return Ok(handle_of(token));
         }
         let key = (array.data_ptr() as usize, array.data_byte_len(), array.dtype(), array.shape().to_vec());
@@ -141,7 +142,7 @@ impl Views {
             }
         };
         engine().release_host_token(array.var());
-        if !engine().bind_host_token(array.var(), token as usize) {
+        if !engine().bind_host_token(array.var(), token as usize | OVER_MEMORY) {
             host.forget(token);
             view.forget(host);
             crate::bail!("the host's engine has shut down: no store call can run");

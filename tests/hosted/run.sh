@@ -96,7 +96,7 @@ echo "pure MXNet:"; "$py" tests/hosted/proof.py pure 2>/dev/null
 echo "hosted:"
 hosted "$py" tests/hosted/proof.py hosted
 
-# Plain CPU arrays are lent to the store in place (no copy after an array's first call);
+# Plain CPU arrays are lent to the store in place (no copy after an array's second call);
 # oneDNN layouts, in-place push-pulls, two handles of one array and views keep their values.
 # Also with lending off, and under NaiveEngine (every host op runs on the calling thread).
 echo "lending, pure MXNet:"; timeout -k 5 300 "$py" tests/hosted/lending.py pure 2>/dev/null
