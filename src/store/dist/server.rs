@@ -176,12 +176,15 @@ impl Server {
 }
 
 impl ServerCore {
+    /// Answers request `req` of rank `dest` without waiting for the bytes to leave (the
+    /// receiver goes on with the next message). An answer without a value goes express: a
+    /// push's acknowledgement does not wait behind pulled values bound for the same worker.
     fn reply(&self, dest: usize, req: u64, result: std::result::Result<&[u8], String>) {
-        let msg = match &result {
-            Ok(data) => wire::encode(&Msg::Reply { req, ok: true, data }),
-            Err(e) => wire::encode(&Msg::Reply { req, ok: false, data: e.as_bytes() }),
+        let (msg, express) = match &result {
+            Ok(data) => (wire::encode(&Msg::Reply { req, ok: true, data }), data.is_empty()),
+            Err(e) => (wire::encode(&Msg::Reply { req, ok: false, data: e.as_bytes() }), true),
         };
-        self.node.send(dest, &msg);
+        self.node.send_owned(dest, msg, express);
     }
 
     /// Runs `job` on the `RunServer` thread and waits for it.

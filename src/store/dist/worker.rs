@@ -306,7 +306,7 @@ impl Worker {
                             m
                         }
                     };
-                    node.send(servers[p.server], &msg);
+                    node.send_owned(servers[p.server], msg, false);
                 }
             };
             // One value is sent straight from its buffer (the op holds it for reading);
@@ -369,7 +369,7 @@ impl Worker {
                 let rows = &data[first * row_bytes..last * row_bytes];
                 let mut m = wire::rsp_push_header(next_req + i as u64, key, dtype.code(), flags, p.rows as u64, row_len as u64, &rel, rows.len());
                 m.extend_from_slice(rows);
-                node.send(servers[p.server], &m);
+                node.send_owned(servers[p.server], m, false);
             }
         });
     }
@@ -417,7 +417,8 @@ impl Worker {
                 }
             }
             for (i, (server, _, ids)) in asks.into_iter().enumerate() {
-                node.send(servers[server], &wire::encode(&Msg::RspPull { req: next_req + i as u64, key, ids }));
+                // Express: the engine ran this pull after the key's push was answered.
+                node.send_owned(servers[server], wire::encode(&Msg::RspPull { req: next_req + i as u64, key, ids }), true);
             }
         });
     }
@@ -437,7 +438,10 @@ impl Worker {
                 }
             }
             for (i, p) in parts.iter().enumerate() {
-                node.send(servers[p.server], &wire::encode(&Msg::Pull { req: next_req + i as u64, key }));
+                // Express: the engine runs a pull after the key's push was answered, so it may
+                // overtake the other keys' pushes still queued for this server (push and pull
+                // overlap on the full-duplex link).
+                node.send_owned(servers[p.server], wire::encode(&Msg::Pull { req: next_req + i as u64, key }), true);
             }
         });
     }
