@@ -74,6 +74,24 @@ impl Pending {
         })
     }
 
+    /// Finishes `done` with the servers' errors, if any.
+    fn finish(&self, done: OpDone) {
+        let errors = self.errors.lock();
+        done.finish(if errors.is_empty() { Ok(()) } else { Err(crate::Error::new(format!("a server failed: {}", errors.join("; ")))) });
+    }
+
+    /// Hands the op's completion to a request that may have finished already (an early
+    /// pull's answers can arrive before its op runs).
+    fn complete_with(&self, done: OpDone) {
+        let finished = self.finished.lock();
+        if *finished {
+            drop(finished);
+            self.finish(done);
+        } else {
+            *self.done.lock() = Some(done);
+        }
+    }
+
     fn wait(&self) {
         let mut f = self.finished.lock();
         while !*f {
@@ -103,6 +121,9 @@ pub struct Worker {
     state: Mutex<State>,
     pending: Arc<Mutex<HashMap<u64, (Arc<Pending>, usize)>>>,
     next_req: AtomicU64,
+    /// Per dense key: the pushes scheduled so far (init pushes aside), which a pull names
+    /// (`PullAfter`).
+    pushes: Mutex<HashMap<i32, u64>>,
     /// The exit protocol has run.
     shut_down: std::sync::atomic::AtomicBool,
 }
@@ -128,6 +149,7 @@ impl Worker {
             state: Mutex::new(State { barrier_before_exit: true, ..State::default() }),
             pending,
             next_req: AtomicU64::new(1),
+            pushes: Mutex::new(HashMap::new()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
         };
         worker.node.barrier_all();
@@ -271,6 +293,10 @@ impl Worker {
         let order = self.sum_order();
         let target = comm.clone();
         let delay = super::failpoint::push_delay(self.rank);
+        if flags & wire::PUSH_INIT == 0 {
+            // Counted here, in call order, once the push is sure to reach its servers.
+            *self.pushes.lock().entry(key).or_default() += 1;
+        }
         engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
             std::thread::sleep(delay);
             let kernels = byte_kernels();
@@ -423,11 +449,36 @@ impl Worker {
         });
     }
 
+    /// Schedules a pull of a dense key. It is sent at once, naming the last push of the key
+    /// this worker scheduled (`PullAfter`): each server answers it once that push has reached
+    /// it and the push's sync round has been applied (at once after a push in async mode), so
+    /// the value leaves as soon as the round completes instead of after the push's answer
+    /// and a pull request's round trip, both behind megabytes of other keys on the same links.
+    /// The value is the one a pull sent after the push's answer would get. The op still runs
+    /// after the push's op (engine order) and only waits for the answers: they can arrive
+    /// earlier, into the key's buffer, which nothing else touches in between (the push's op
+    /// writes it, and the reads before that push have finished before it sent anything).
     fn schedule_pull(&self, key: i32, comm: &NDArray, parts: &[Part], priority: i32) {
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
         let target = comm.clone();
+        let after = self.pushes.lock().get(&key).copied().unwrap_or(0);
+        if after > 0 && !parts.is_empty() {
+            let esz = target.dtype().size();
+            let pending = Pending::new(parts.len(), None, Some(target));
+            {
+                let mut map = pending_map.lock();
+                for (i, p) in parts.iter().enumerate() {
+                    map.insert(next_req + i as u64, (Arc::clone(&pending), p.offset * esz));
+                }
+            }
+            for (i, p) in parts.iter().enumerate() {
+                // Express: the server orders it after the push it names.
+                node.send_owned(servers[p.server], wire::encode(&Msg::PullAfter { req: next_req + i as u64, key, after }), true);
+            }
+            return engine().push_async(&[], &[comm.var()], priority, move |_env, done| pending.complete_with(done));
+        }
         engine().push_async(&[], &[comm.var()], priority, move |_env, done| {
             let esz = target.dtype().size();
             let pending = Pending::new(parts.len(), Some(done), Some(target));
@@ -627,11 +678,12 @@ fn on_reply(pending: &Mutex<HashMap<u64, (Arc<Pending>, usize)>>, bytes: &[u8]) 
         p.answers.lock().push(data.to_vec());
     }
     if p.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // Under `finished`'s lock: an early pull's op installs its completion under it.
+        let mut finished = p.finished.lock();
+        *finished = true;
         if let Some(done) = p.done.lock().take() {
-            let errors = p.errors.lock();
-            done.finish(if errors.is_empty() { Ok(()) } else { Err(crate::Error::new(format!("a server failed: {}", errors.join("; ")))) });
+            p.finish(done);
         }
-        *p.finished.lock() = true;
         p.wake.notify_all();
     }
 }
