@@ -51,9 +51,41 @@ struct Pending {
     answers: Mutex<Vec<Vec<u8>>>,
     finished: Mutex<bool>,
     wake: Condvar,
+    /// A pull sent ahead of its op (`PullAfter`): answers that arrive before the op has
+    /// started are kept here and written into the target when it starts, because until then
+    /// the target may still be written by the ops before the pull (a fresh output's fill, in
+    /// hosted mode where the output is lent to the store in place).
+    early: Option<Mutex<Early>>,
+}
+
+/// See [`Pending::early`].
+#[derive(Default)]
+struct Early {
+    started: bool,
+    /// (byte offset, bytes) of the answers kept.
+    kept: Vec<(usize, Vec<u8>)>,
 }
 
 impl Pending {
+    /// A pull sent before its op runs (see [`Pending::early`]).
+    fn ahead(parts: usize, target: NDArray) -> Arc<Pending> {
+        let mut p = Pending::new(parts, None, Some(target));
+        Arc::get_mut(&mut p).expect("just made").early = Some(Mutex::new(Early::default()));
+        p
+    }
+
+    /// Writes answered bytes at `offset` of the target, or keeps them until the op starts.
+    fn write(&self, target: &NDArray, offset: usize, data: &[u8]) {
+        if let Some(early) = &self.early {
+            let mut e = early.lock();
+            if !e.started {
+                e.kept.push((offset, data.to_vec()));
+                return;
+            }
+        }
+        write_at(target, offset, data);
+    }
+
     fn new(parts: usize, done: Option<OpDone>, target: Option<NDArray>) -> Arc<Pending> {
         // A request to no server is finished at once (an unfinished completion fails its op).
         let done = match done {
@@ -71,6 +103,7 @@ impl Pending {
             answers: Mutex::new(Vec::new()),
             finished: Mutex::new(parts == 0),
             wake: Condvar::new(),
+            early: None,
         })
     }
 
@@ -83,6 +116,16 @@ impl Pending {
     /// Hands the op's completion to a request that may have finished already (an early
     /// pull's answers can arrive before its op runs).
     fn complete_with(&self, done: OpDone) {
+        if let (Some(early), Some(target)) = (&self.early, &self.target) {
+            let kept = {
+                let mut e = early.lock();
+                e.started = true;
+                std::mem::take(&mut e.kept)
+            };
+            for (offset, data) in kept {
+                write_at(target, offset, &data);
+            }
+        }
         let finished = self.finished.lock();
         if *finished {
             drop(finished);
@@ -455,9 +498,8 @@ impl Worker {
     /// the value leaves as soon as the round completes instead of after the push's answer
     /// and a pull request's round trip, both behind megabytes of other keys on the same links.
     /// The value is the one a pull sent after the push's answer would get. The op still runs
-    /// after the push's op (engine order) and only waits for the answers: they can arrive
-    /// earlier, into the key's buffer, which nothing else touches in between (the push's op
-    /// writes it, and the reads before that push have finished before it sent anything).
+    /// after the push's op and the target's earlier writers (engine order) and only waits for
+    /// the answers; one that arrives before the op starts is kept and written when it starts.
     fn schedule_pull(&self, key: i32, comm: &NDArray, parts: &[Part], priority: i32) {
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
@@ -466,7 +508,7 @@ impl Worker {
         let after = self.pushes.lock().get(&key).copied().unwrap_or(0);
         if after > 0 && !parts.is_empty() {
             let esz = target.dtype().size();
-            let pending = Pending::new(parts.len(), None, Some(target));
+            let pending = Pending::ahead(parts.len(), target);
             {
                 let mut map = pending_map.lock();
                 for (i, p) in parts.iter().enumerate() {
@@ -657,6 +699,14 @@ impl Servers for Worker {
     }
 }
 
+/// Copies answered bytes into `target` at byte `offset`.
+fn write_at(target: &NDArray, offset: usize, data: &[u8]) {
+    target.write_bytes(|b| match b.get_mut(offset..offset + data.len()) {
+        Some(dst) => dst.copy_from_slice(data),
+        None => eprintln!("libkvstore: a server answered {} bytes at offset {offset} of a {}-byte value", data.len(), b.len()),
+    });
+}
+
 /// A server's answer: fills the target at the part's offset, and finishes the request with
 /// its last answer.
 fn on_reply(pending: &Mutex<HashMap<u64, (Arc<Pending>, usize)>>, bytes: &[u8]) {
@@ -669,10 +719,7 @@ fn on_reply(pending: &Mutex<HashMap<u64, (Arc<Pending>, usize)>>, bytes: &[u8]) 
         p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
     } else if let Some(t) = &p.target {
         if !data.is_empty() {
-            t.write_bytes(|b| match b.get_mut(offset..offset + data.len()) {
-                Some(dst) => dst.copy_from_slice(data),
-                None => eprintln!("libkvstore: a server answered {} bytes at offset {offset} of a {}-byte value", data.len(), b.len()),
-            });
+            p.write(t, offset, data);
         }
     } else {
         p.answers.lock().push(data.to_vec());
