@@ -10,7 +10,9 @@
 # utilisation sampled every second by `scripts/testbed monitor` (mean and peak Mbit/s while
 # the job moved data; the bytes each direction carried). Root only (network namespaces).
 #
-#   benches/testbed-run.sh [--iters N (default 10)] [--rate 1gbit] [--no-build] [--keep DIR]
+# With --workers W (default 2) the bed has 2 + W hosts, workers on kvtb3 .. kvtb(2+W).
+#
+#   benches/testbed-run.sh [--iters N (default 10)] [--rate 1gbit] [--workers W] [--no-build] [--keep DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -19,9 +21,11 @@ iters=10
 rate=1gbit
 build=1
 keep=
+nworkers=2
 while [[ $# -gt 0 ]]; do
     case $1 in
         --iters) iters=${2:?}; shift 2 ;;
+        --workers) nworkers=${2:?}; shift 2 ;;
         --rate) rate=${2:?}; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep) keep=${2:?}; shift 2 ;;
@@ -59,8 +63,10 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-"$TB" up 4 --rate "$rate"
-HOSTS="kvtb1 kvtb2 kvtb3 kvtb4"
+[[ $nworkers =~ ^[1-9][0-9]?$ ]] || { echo "testbed-run: --workers needs 1..99" >&2; exit 2; }
+"$TB" up $((2 + nworkers)) --rate "$rate"
+WORKER_HOSTS=$(for i in $(seq 3 $((2 + nworkers))); do echo -n "kvtb$i "; done)
+HOSTS="kvtb1 kvtb2 $WORKER_HOSTS"
 # A leg's bound: ResNet-50 at 100 Mbit/s takes about 20 s an iteration.
 limit_s=$((60 + (iters + 3) * 30))
 
@@ -81,7 +87,7 @@ pslite_leg() {
     local try status
     for try in 1 2; do
         leg_start reference
-        local env=(env DMLC_PS_ROOT_URI=198.18.0.1 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=2
+        local env=(env DMLC_PS_ROOT_URI=198.18.0.1 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_WORKER=$nworkers DMLC_NUM_SERVER=2
             DMLC_INTERFACE=eth0 OMP_NUM_THREADS=1)
         local exe="$ROOT/target/bench/distbench_mx" pids=() workers=()
         timeout -k 5 "$limit_s" "$TB" exec kvtb1 "${env[@]}" DMLC_ROLE=scheduler "$exe" >"$out/ps.scheduler" 2>&1 &
@@ -91,7 +97,7 @@ pslite_leg() {
             timeout -k 5 "$limit_s" "$TB" exec $h "${env[@]}" DMLC_ROLE=server "$exe" >"$out/ps.server.$h" 2>&1 &
             pids+=($!)
         done
-        for h in kvtb3 kvtb4; do
+        for h in $WORKER_HOSTS; do
             timeout -k 5 "$limit_s" "$TB" exec $h "${env[@]}" DMLC_ROLE=worker "$exe" --iters "$iters" >"$out/ps.worker.$h" 2>&1 &
             workers+=($!)
         done
@@ -100,7 +106,7 @@ pslite_leg() {
         leg_end reference
         for h in $HOSTS; do "$TB" kill $h >/dev/null; done
         cat "$out"/ps.worker.* >"$out/reference.txt"
-        if [[ $status == 0 && $(grep -c "s/iter" "$out/reference.txt") == 2 ]]; then
+        if [[ $status == 0 && $(grep -c "s/iter" "$out/reference.txt") == "$nworkers" ]]; then
             return 0
         fi
         echo "testbed-run: ps-lite leg failed (status $status, try $try): $(tail -n 2 "$out"/ps.* | tr '\n' ' ')" >&2
@@ -111,7 +117,7 @@ pslite_leg() {
 kv_leg() {
     local status=0
     leg_start libkvstore
-    timeout -k 5 "$limit_s" "$TB" run "$ROOT/scripts/kvstore-launch" -n 2 -s 2 -H "$("$TB" hostfile)" --launcher ssh \
+    timeout -k 5 "$limit_s" "$TB" run "$ROOT/scripts/kvstore-launch" -n "$nworkers" -s 2 -H "$("$TB" hostfile)" --launcher ssh \
         --timeout $((limit_s - 10)) "$ROOT/target/bench/distbench_kv" --iters "$iters" \
         >"$out/libkvstore.txt" 2>"$out/libkvstore.err" || status=$?
     leg_end libkvstore
@@ -151,7 +157,7 @@ utilisation() {
 }
 
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== reference libmxnet.so: ps-lite, servers on kvtb1 kvtb2, workers on kvtb3 kvtb4, links $rate"
+echo "== reference libmxnet.so: ps-lite, servers on kvtb1 kvtb2, workers on $WORKER_HOSTS, links $rate"
 pslite_leg
 sed 's/^/[ps-lite] /' "$out/reference.txt"
 echo "== libkvstore.so: MPI (scripts/kvstore-launch --launcher ssh), the same placement"
@@ -167,9 +173,10 @@ ours=$(median_of "$out/libkvstore.txt")
 read -r push pull < <(sed -n 's/.*per step: push \([0-9.]*\) MB + pull \([0-9.]*\) MB.*/\1 \2/p' "$out/libkvstore.txt" | head -n 1)
 goodput=$(awk -v r="$rate" 'BEGIN { v = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u)
     m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1; printf "%.1f", 119.6 * v * m / 1e9 }')
-busiest=$(awk -v a="$push" -v b="$pull" 'BEGIN {print (a > b) ? a : b}')
+# A server's link carries W/S workers' parts each way (2 servers; keys spread evenly assumed).
+busiest=$(awk -v a="$push" -v b="$pull" -v w="$nworkers" 'BEGIN {m = (a > b) ? a : b; f = w / 2; printf "%.1f", (f > 1) ? m * f : m}')
 limit=$(awk -v m="$busiest" -v g="$goodput" 'BEGIN {printf "%.3f", m / g}')
-echo "s/iter (mean of the 2 workers' medians over $iters iterations): ps-lite $ref, libkvstore $ours"
+echo "s/iter (mean of the $nworkers workers' medians over $iters iterations): ps-lite $ref, libkvstore $ours"
 echo "ratio libkvstore / ps-lite: $(awk -v a="$ours" -v b="$ref" 'BEGIN {printf "%.3f", a / b}')"
 echo "full-duplex link limit: $busiest MB per step over the busiest link direction / $goodput MB/s = $limit s/iter (ps-lite at $(awk -v a="$ref" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x it, libkvstore at $(awk -v a="$ours" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x)"
 echo "link use per host (whole leg, warm-up and init included):"

@@ -41,6 +41,9 @@ pub struct Request {
     pub req: u64,
     /// The pusher wants the updated value back (push-pull).
     pub want_value: bool,
+    /// Not a push: a pull deferred to the end of the round that holds the puller's push
+    /// (`PullAfter`); answered with the value.
+    pub pull: bool,
 }
 
 /// A round in progress: `V` is a pushed value in the server's working form.
@@ -55,12 +58,14 @@ pub struct Round<V> {
     /// Values folded so far.
     folded: usize,
     requests: Vec<Request>,
+    /// Pulls waiting for this round's update (`Request::pull`).
+    pulls: Vec<Request>,
 }
 
 impl<V> Round<V> {
     /// An empty round of `workers` workers.
     pub fn new(workers: usize, order: SumOrder) -> Round<V> {
-        Round { order, held: (0..workers).map(|_| None).collect(), pushed: vec![false; workers], next: 0, folded: 0, requests: Vec::new() }
+        Round { order, held: (0..workers).map(|_| None).collect(), pushed: vec![false; workers], next: 0, folded: 0, requests: Vec::new(), pulls: Vec::new() }
     }
 
     /// No push has arrived in this round.
@@ -98,6 +103,17 @@ impl<V> Round<V> {
         (missing, self.pushed.iter().filter(|&&p| p).count())
     }
 
+    /// Whether worker `rank` has pushed in this (open) round.
+    pub fn has_pushed(&self, rank: usize) -> bool {
+        self.pushed.get(rank).copied().unwrap_or(false)
+    }
+
+    /// Answers `pull` when this round ends, with the updated value (its puller has pushed in
+    /// it: see [`Round::has_pushed`]).
+    pub fn defer_pull(&mut self, pull: Request) {
+        self.pulls.push(Request { pull: true, ..pull });
+    }
+
     /// Keeps an early value until the ranks before it have been folded.
     pub fn hold(&mut self, rank: usize, value: V) {
         self.held[rank] = Some(value);
@@ -132,13 +148,16 @@ impl<V> Round<V> {
             && self.held.iter().all(Option::is_none)
     }
 
-    /// Ends the round: its pushes, to be answered; the round is empty again.
+    /// Ends the round: its pushes, then its deferred pulls, to be answered; the round is
+    /// empty again.
     pub fn finish(&mut self) -> Vec<Request> {
         self.pushed.iter_mut().for_each(|p| *p = false);
         self.held.iter_mut().for_each(|h| *h = None);
         self.next = 0;
         self.folded = 0;
-        std::mem::take(&mut self.requests)
+        let mut out = std::mem::take(&mut self.requests);
+        out.append(&mut self.pulls);
+        out
     }
 }
 
@@ -169,7 +188,7 @@ mod tests {
     use super::*;
 
     fn request(source: usize) -> Request {
-        Request { source, req: source as u64, want_value: false }
+        Request { source, req: source as u64, want_value: false, pull: false }
     }
 
     /// Folds a round fed in `arrival` order (joined ranks in `joined`) and returns the fold
@@ -246,6 +265,22 @@ mod tests {
         assert!(round.arrive(2, request(2), &[false; 4]).is_ok());
         round.hold(2, 2);
         assert_eq!(round.missing(&[false, true, false, false]), (vec![0, 3], 1));
+    }
+
+    #[test]
+    fn deferred_pulls_are_answered_after_the_rounds_pushes() {
+        let mut round: Round<usize> = Round::new(2, SumOrder::Rank);
+        assert!(!round.has_pushed(0));
+        assert!(round.arrive(0, request(0), &[false; 2]).unwrap());
+        assert!(round.has_pushed(0) && !round.has_pushed(1));
+        round.defer_pull(Request { source: 0, req: 9, want_value: true, pull: false });
+        assert!(!round.complete(&[false; 2]));
+        assert!(round.arrive(1, request(1), &[false; 2]).unwrap());
+        assert!(round.complete(&[false; 2]));
+        let out = round.finish();
+        assert_eq!(out.iter().map(|r| (r.req, r.pull)).collect::<Vec<_>>(), vec![(0, false), (1, false), (9, true)]);
+        assert!(round.is_empty() && !round.has_pushed(0));
+        assert!(round.finish().is_empty());
     }
 
     #[test]

@@ -71,6 +71,10 @@ struct RspEntry {
 
 struct State {
     members: Members,
+    /// Pushes received per (key, source rank), init pushes aside: what `PullAfter` names.
+    push_counts: HashMap<(i32, usize), u64>,
+    /// `PullAfter`s whose push has not arrived yet, per key: (source, push number, req).
+    waiting_pulls: HashMap<i32, Vec<(usize, u64, u64)>>,
     entries: HashMap<i32, Entry>,
     rsp: HashMap<i32, RspEntry>,
     compression: Option<GradientCompression>,
@@ -112,7 +116,7 @@ impl Server {
     pub fn start(node: Arc<Node>) -> Result<Server> {
         let rank = node.ranks_of(Role::Server).iter().position(|&r| r == node.rank).unwrap_or(0);
         let workers = node.ranks_of(Role::Worker);
-        let state = State { members: Members::new(workers.clone()), entries: HashMap::new(), rsp: HashMap::new(), compression: None, multi_precision: false };
+        let state = State { members: Members::new(workers.clone()), push_counts: HashMap::new(), waiting_pulls: HashMap::new(), entries: HashMap::new(), rsp: HashMap::new(), compression: None, multi_precision: false };
         let core = Arc::new(ServerCore {
             num_workers: workers.len(),
             order: sum_order()?,
@@ -198,12 +202,15 @@ impl ServerCore {
         out.extend(state.members.missing().into_iter().map(|(peer, exit)| Owe { peer, what: What::BarrierArrival { exit } }));
     }
 
+    /// Answers request `req` of rank `dest` without waiting for the bytes to leave (the
+    /// receiver goes on with the next message). An answer without a value goes express: a
+    /// push's acknowledgement does not wait behind pulled values bound for the same worker.
     fn reply(&self, dest: usize, req: u64, result: std::result::Result<&[u8], String>) {
-        let msg = match &result {
-            Ok(data) => wire::encode(&Msg::Reply { req, ok: true, data }),
-            Err(e) => wire::encode(&Msg::Reply { req, ok: false, data: e.as_bytes() }),
+        let (msg, express) = match &result {
+            Ok(data) => (wire::encode(&Msg::Reply { req, ok: true, data }), data.is_empty()),
+            Err(e) => (wire::encode(&Msg::Reply { req, ok: false, data: e.as_bytes() }), true),
         };
-        self.node.send(dest, &msg);
+        self.node.send_owned(dest, msg, express);
     }
 
     /// Runs `job` on the `RunServer` thread and waits for it.
@@ -225,24 +232,29 @@ impl ServerCore {
         match msg {
             Msg::Push { req, key, dtype, flags, len, data } => {
                 super::failpoint::check_push(len as usize);
+                if flags & wire::PUSH_INIT == 0 {
+                    *self.state.lock().push_counts.entry((key, source)).or_default() += 1;
+                }
                 if let Err(e) = self.push(source, req, key, dtype, flags, len as usize, data) {
                     self.reply(source, req, Err(e.message().to_string()));
                 }
+                self.release_pulls(source, key);
             }
-            Msg::Pull { req, key } => {
-                let value = {
-                    let state = self.state.lock();
-                    state.entries.get(&key).map(|e| e.stored_dtype.clone().unwrap_or_else(|| e.stored.clone()))
-                };
-                match value {
-                    Some(v) => {
-                        if let Err(e) = read_now(&v, |b| self.reply(source, req, Ok(b))) {
-                            self.reply(source, req, Err(e.message().to_string()));
-                        }
+            Msg::PullAfter { req, key, after } => {
+                let now = {
+                    let mut state = self.state.lock();
+                    if state.push_counts.get(&(key, source)).copied().unwrap_or(0) < after {
+                        state.waiting_pulls.entry(key).or_default().push((source, after, req));
+                        false
+                    } else {
+                        !self.defer_pull(&mut state, source, req, key)
                     }
-                    None => self.reply(source, req, Err(format!("key {key} has not been inited on this server"))),
+                };
+                if now {
+                    self.pull(source, req, key);
                 }
             }
+            Msg::Pull { req, key } => self.pull(source, req, key),
             Msg::Command { req, id, body } => {
                 let r = self.command(id, body);
                 self.reply(source, req, r.as_ref().map(|_| &[][..]).map_err(|e| e.message().to_string()));
@@ -283,6 +295,64 @@ impl ServerCore {
             Msg::Join { req } => self.join(source, req),
             Msg::Barrier { req, exit } => self.barrier(source, req, exit),
             Msg::Reply { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
+        }
+    }
+
+    /// Places a `PullAfter` of `source` whose push has arrived: in that push's sync round
+    /// while it is open (answered by `finish_dense`, after the update); `false` when it is to
+    /// be answered now (the round has been applied, async mode, or no such round).
+    fn defer_pull(&self, state: &mut State, source: usize, req: u64, key: i32) -> bool {
+        if !self.sync.load(Ordering::SeqCst) {
+            return false;
+        }
+        let Ok(worker) = state.members.active_worker(source, &|| format!("a pull of key {key}")) else { return false };
+        match state.entries.get_mut(&key) {
+            Some(e) if e.round.has_pushed(worker) => {
+                e.round.defer_pull(Request { source, req, want_value: true, pull: true });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// After a push of `source`: places the `PullAfter`s that waited for it.
+    fn release_pulls(&self, source: usize, key: i32) {
+        let now: Vec<u64> = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let Some(list) = state.waiting_pulls.get_mut(&key) else { return };
+            let count = state.push_counts.get(&(key, source)).copied().unwrap_or(0);
+            let mut due = Vec::new();
+            list.retain(|&(s, after, req)| {
+                let ready = s == source && after <= count;
+                if ready {
+                    due.push(req);
+                }
+                !ready
+            });
+            if list.is_empty() {
+                state.waiting_pulls.remove(&key);
+            }
+            due.into_iter().filter(|&req| !self.defer_pull(state, source, req, key)).collect()
+        };
+        for req in now {
+            self.pull(source, req, key);
+        }
+    }
+
+    /// Answers a pull with the stored part.
+    fn pull(&self, source: usize, req: u64, key: i32) {
+        let value = {
+            let state = self.state.lock();
+            state.entries.get(&key).map(|e| e.stored_dtype.clone().unwrap_or_else(|| e.stored.clone()))
+        };
+        match value {
+            Some(v) => {
+                if let Err(e) = read_now(&v, |b| self.reply(source, req, Ok(b))) {
+                    self.reply(source, req, Err(e.message().to_string()));
+                }
+            }
+            None => self.reply(source, req, Err(format!("key {key} has not been inited on this server"))),
         }
     }
 
@@ -374,7 +444,7 @@ impl ServerCore {
         let st = &mut *state;
         let e = st.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
         crate::ensure!(e.dtype == dtype && e.row_len == row_len, "key {key}: row_sparse push of {} rows of {row_len}, the key holds {} rows of {}", dtype.name(), e.dtype.name(), e.row_len);
-        let request = Request { source, req, want_value: false };
+        let request = Request { source, req, want_value: false, pull: false };
         let value = (ids.to_vec(), cast_buffer(dtype, data, work)?.bytes().to_vec());
         if !sync {
             crate::ensure!(updater, "Updater needs to be set for async mode (key {key})");
@@ -491,7 +561,7 @@ impl ServerCore {
         let st = &mut *state;
         let e = st.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
         crate::ensure!(e.dtype == dtype && e.stored.size() == len, "key {key}: push of {len} {} values, the key holds {} {}", dtype.name(), e.stored.size(), e.dtype.name());
-        let request = Request { source, req, want_value: flags & wire::PUSH_PULL != 0 };
+        let request = Request { source, req, want_value: flags & wire::PUSH_PULL != 0, pull: false };
         if !sync {
             crate::ensure!(self.updater.read().is_some(), "Updater needs to be set for async mode (key {key})");
             e.fold_first(&recv)?;
@@ -547,6 +617,11 @@ impl ServerCore {
             for r in requests {
                 if !r.want_value {
                     self.reply(r.source, r.req, Ok(&[]));
+                    continue;
+                }
+                if r.pull {
+                    // A deferred pull, answered as a pull is (its own copy, not waited for).
+                    self.reply(r.source, r.req, Ok(value));
                     continue;
                 }
                 let msg = with_value.get_or_insert_with(|| wire::encode(&Msg::Reply { req: r.req, ok: true, data: value }));

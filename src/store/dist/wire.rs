@@ -18,6 +18,12 @@ pub enum Msg<'a> {
     Push { req: u64, key: i32, dtype: i32, flags: u8, len: u64, data: &'a [u8] },
     /// Worker to server: send the stored part back.
     Pull { req: u64, key: i32 },
+    /// Worker to server: send the part back once this worker's push number `after` of the
+    /// key (counted from 1, init pushes aside) has arrived and its sync round has been
+    /// applied (at once after that push in async mode, or if it has been). The value is the
+    /// one a `Pull` sent after that push's answer would get, without waiting for the answer:
+    /// the pull leaves the server as soon as the round completes.
+    PullAfter { req: u64, key: i32, after: u64 },
     /// Worker to server: a command (`Command` ids, or any other number).
     Command { req: u64, id: i32, body: &'a [u8] },
     /// Worker to server: answer 1 if an updater is set.
@@ -46,6 +52,7 @@ const RSP_PUSH: u8 = 6;
 const RSP_PULL: u8 = 7;
 const JOIN: u8 = 8;
 const BARRIER: u8 = 9;
+const PULL_AFTER: u8 = 10;
 
 fn put_ids(m: &mut Vec<u8>, ids: &[i64]) {
     m.extend_from_slice(&(ids.len() as u64).to_le_bytes());
@@ -94,6 +101,13 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             let mut m = vec![PULL];
             m.extend_from_slice(&req.to_le_bytes());
             m.extend_from_slice(&key.to_le_bytes());
+            m
+        }
+        Msg::PullAfter { req, key, after } => {
+            let mut m = vec![PULL_AFTER];
+            m.extend_from_slice(&req.to_le_bytes());
+            m.extend_from_slice(&key.to_le_bytes());
+            m.extend_from_slice(&after.to_le_bytes());
             m
         }
         Msg::Command { req, id, body } => {
@@ -189,6 +203,7 @@ pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
             Msg::Push { req, key, dtype, flags, len, data: r.bytes }
         }
         PULL => Msg::Pull { req: r.u64()?, key: r.i32()? },
+        PULL_AFTER => Msg::PullAfter { req: r.u64()?, key: r.i32()?, after: r.u64()? },
         COMMAND => {
             let (req, id) = (r.u64()?, r.i32()?);
             Msg::Command { req, id, body: r.bytes }
@@ -223,6 +238,7 @@ mod tests {
         let msgs = [
             Msg::Push { req: 7, key: -3, dtype: 2, flags: PUSH_INIT | PUSH_PULL, len: 4, data: &data },
             Msg::Pull { req: u64::MAX, key: 12 },
+            Msg::PullAfter { req: 5, key: -7, after: 3 },
             Msg::Command { req: 1, id: 0, body: b"hello" },
             Msg::HasUpdater { req: 9 },
             Msg::Reply { req: 3, ok: false, data: b"no" },

@@ -52,9 +52,41 @@ struct Pending {
     answers: Mutex<Vec<Vec<u8>>>,
     finished: Mutex<bool>,
     wake: Condvar,
+    /// A pull sent ahead of its op (`PullAfter`): answers that arrive before the op has
+    /// started are kept here and written into the target when it starts, because until then
+    /// the target may still be written by the ops before the pull (a fresh output's fill, in
+    /// hosted mode where the output is lent to the store in place).
+    early: Option<Mutex<Early>>,
+}
+
+/// See [`Pending::early`].
+#[derive(Default)]
+struct Early {
+    started: bool,
+    /// (byte offset, bytes) of the answers kept.
+    kept: Vec<(usize, Vec<u8>)>,
 }
 
 impl Pending {
+    /// A pull sent before its op runs (see [`Pending::early`]).
+    fn ahead(parts: usize, target: NDArray) -> Arc<Pending> {
+        let mut p = Pending::new(parts, None, Some(target));
+        Arc::get_mut(&mut p).expect("just made").early = Some(Mutex::new(Early::default()));
+        p
+    }
+
+    /// Writes answered bytes at `offset` of the target, or keeps them until the op starts.
+    fn write(&self, target: &NDArray, offset: usize, data: &[u8]) {
+        if let Some(early) = &self.early {
+            let mut e = early.lock();
+            if !e.started {
+                e.kept.push((offset, data.to_vec()));
+                return;
+            }
+        }
+        write_at(target, offset, data);
+    }
+
     fn new(parts: usize, done: Option<OpDone>, target: Option<NDArray>) -> Arc<Pending> {
         // A request to no server is finished at once (an unfinished completion fails its op).
         let done = match done {
@@ -72,7 +104,36 @@ impl Pending {
             answers: Mutex::new(Vec::new()),
             finished: Mutex::new(parts == 0),
             wake: Condvar::new(),
+            early: None,
         })
+    }
+
+    /// Finishes `done` with the servers' errors, if any.
+    fn finish(&self, done: OpDone) {
+        let errors = self.errors.lock();
+        done.finish(if errors.is_empty() { Ok(()) } else { Err(crate::Error::new(format!("a server failed: {}", errors.join("; ")))) });
+    }
+
+    /// Hands the op's completion to a request that may have finished already (an early
+    /// pull's answers can arrive before its op runs).
+    fn complete_with(&self, done: OpDone) {
+        if let (Some(early), Some(target)) = (&self.early, &self.target) {
+            let kept = {
+                let mut e = early.lock();
+                e.started = true;
+                std::mem::take(&mut e.kept)
+            };
+            for (offset, data) in kept {
+                write_at(target, offset, &data);
+            }
+        }
+        let finished = self.finished.lock();
+        if *finished {
+            drop(finished);
+            self.finish(done);
+        } else {
+            *self.done.lock() = Some(done);
+        }
     }
 
     fn wait(&self) {
@@ -123,6 +184,9 @@ pub struct Worker {
     state: Mutex<State>,
     pending: PendingMap,
     next_req: AtomicU64,
+    /// Per dense key: the pushes scheduled so far (init pushes aside), which a pull names
+    /// (`PullAfter`).
+    pushes: Mutex<HashMap<i32, u64>>,
     /// The exit protocol has run.
     shut_down: std::sync::atomic::AtomicBool,
 }
@@ -161,6 +225,7 @@ impl Worker {
             state: Mutex::new(State { barrier_before_exit: true, ..State::default() }),
             pending,
             next_req: AtomicU64::new(1),
+            pushes: Mutex::new(HashMap::new()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
         };
         worker.node.barrier_all("at the start");
@@ -305,6 +370,10 @@ impl Worker {
         let order = self.sum_order();
         let target = comm.clone();
         let delay = super::failpoint::push_delay(self.rank);
+        if flags & wire::PUSH_INIT == 0 {
+            // Counted here, in call order, once the push is sure to reach its servers.
+            *self.pushes.lock().entry(key).or_default() += 1;
+        }
         engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
             std::thread::sleep(delay);
             let kernels = byte_kernels();
@@ -341,7 +410,7 @@ impl Worker {
                             m
                         }
                     };
-                    node.send(servers[p.server], &msg);
+                    node.send_owned(servers[p.server], msg, false);
                 }
             };
             // One value is sent straight from its buffer (the op holds it for reading);
@@ -404,7 +473,7 @@ impl Worker {
                 let rows = &data[first * row_bytes..last * row_bytes];
                 let mut m = wire::rsp_push_header(next_req + i as u64, key, dtype.code(), flags, p.rows as u64, row_len as u64, &rel, rows.len());
                 m.extend_from_slice(rows);
-                node.send(servers[p.server], &m);
+                node.send_owned(servers[p.server], m, false);
             }
         });
     }
@@ -452,16 +521,41 @@ impl Worker {
                 }
             }
             for (i, (server, _, ids)) in asks.into_iter().enumerate() {
-                node.send(servers[server], &wire::encode(&Msg::RspPull { req: next_req + i as u64, key, ids }));
+                // Express: the engine ran this pull after the key's push was answered.
+                node.send_owned(servers[server], wire::encode(&Msg::RspPull { req: next_req + i as u64, key, ids }), true);
             }
         });
     }
 
+    /// Schedules a pull of a dense key. It is sent at once, naming the last push of the key
+    /// this worker scheduled (`PullAfter`): each server answers it once that push has reached
+    /// it and the push's sync round has been applied (at once after a push in async mode), so
+    /// the value leaves as soon as the round completes instead of after the push's answer
+    /// and a pull request's round trip, both behind megabytes of other keys on the same links.
+    /// The value is the one a pull sent after the push's answer would get. The op still runs
+    /// after the push's op and the target's earlier writers (engine order) and only waits for
+    /// the answers; one that arrives before the op starts is kept and written when it starts.
     fn schedule_pull(&self, key: i32, comm: &NDArray, parts: &[Part], priority: i32) {
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
         let target = comm.clone();
+        let after = self.pushes.lock().get(&key).copied().unwrap_or(0);
+        if after > 0 && !parts.is_empty() {
+            let esz = target.dtype().size();
+            let pending = Pending::ahead(parts.len(), target);
+            {
+                let mut map = pending_map.lock();
+                for (i, p) in parts.iter().enumerate() {
+                    map.insert(next_req + i as u64, Asked::new(&pending, p.offset * esz, servers[p.server], What::Pull { key }));
+                }
+            }
+            for (i, p) in parts.iter().enumerate() {
+                // Express: the server orders it after the push it names.
+                node.send_owned(servers[p.server], wire::encode(&Msg::PullAfter { req: next_req + i as u64, key, after }), true);
+            }
+            return engine().push_async(&[], &[comm.var()], priority, move |_env, done| pending.complete_with(done));
+        }
         engine().push_async(&[], &[comm.var()], priority, move |_env, done| {
             let esz = target.dtype().size();
             let pending = Pending::new(parts.len(), Some(done), Some(target));
@@ -472,7 +566,10 @@ impl Worker {
                 }
             }
             for (i, p) in parts.iter().enumerate() {
-                node.send(servers[p.server], &wire::encode(&Msg::Pull { req: next_req + i as u64, key }));
+                // Express: the engine runs a pull after the key's push was answered, so it may
+                // overtake the other keys' pushes still queued for this server (push and pull
+                // overlap on the full-duplex link).
+                node.send_owned(servers[p.server], wire::encode(&Msg::Pull { req: next_req + i as u64, key }), true);
             }
         });
     }
@@ -637,6 +734,14 @@ impl Servers for Worker {
     }
 }
 
+/// Copies answered bytes into `target` at byte `offset`.
+fn write_at(target: &NDArray, offset: usize, data: &[u8]) {
+    target.write_bytes(|b| match b.get_mut(offset..offset + data.len()) {
+        Some(dst) => dst.copy_from_slice(data),
+        None => eprintln!("libkvstore: a server answered {} bytes at offset {offset} of a {}-byte value", data.len(), b.len()),
+    });
+}
+
 /// A server's answer: fills the target at the part's offset, and finishes the request with
 /// its last answer.
 fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
@@ -649,20 +754,18 @@ fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
         p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
     } else if let Some(t) = &p.target {
         if !data.is_empty() {
-            t.write_bytes(|b| match b.get_mut(offset..offset + data.len()) {
-                Some(dst) => dst.copy_from_slice(data),
-                None => eprintln!("libkvstore: a server answered {} bytes at offset {offset} of a {}-byte value", data.len(), b.len()),
-            });
+            p.write(t, offset, data);
         }
     } else {
         p.answers.lock().push(data.to_vec());
     }
     if p.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // Under `finished`'s lock: an early pull's op installs its completion under it.
+        let mut finished = p.finished.lock();
+        *finished = true;
         if let Some(done) = p.done.lock().take() {
-            let errors = p.errors.lock();
-            done.finish(if errors.is_empty() { Ok(()) } else { Err(crate::Error::new(format!("a server failed: {}", errors.join("; ")))) });
+            p.finish(done);
         }
-        *p.finished.lock() = true;
         p.wake.notify_all();
     }
 }

@@ -27,6 +27,16 @@ pub trait Transport: Send + Sync {
     /// Sends `bytes` to rank `dest`. A message that cannot be delivered aborts the job: the
     /// sender would otherwise wait forever for its answer.
     fn send(&self, dest: usize, bytes: &[u8]);
+    /// Sends `bytes` to rank `dest` and returns at once (the transport keeps them until they
+    /// are sent). Messages to one rank arrive in the order they were sent, except that an
+    /// `express` one (a small request whose order with the others does not matter, e.g. a
+    /// pull the engine has already ordered after its push) may overtake the others still
+    /// queued: a worker's pull requests and a server's acks then do not wait behind megabytes
+    /// of values bound for the same rank. By default, [`Transport::send`].
+    fn send_owned(&self, dest: usize, bytes: Vec<u8>, express: bool) {
+        let _ = express;
+        self.send(dest, &bytes)
+    }
     /// Installs (or replaces) what handles this node's incoming messages.
     fn set_handler(&self, handler: Handler);
     /// The host rank `rank` runs on (MPI's processor name), for messages.
@@ -103,6 +113,11 @@ impl Node {
     pub fn send(&self, dest: usize, bytes: &[u8]) {
         let _waiting = self.watch.wait(Some(dest), What::Delivery { bytes: bytes.len() });
         self.transport.send(dest, bytes)
+    }
+
+    /// See [`Transport::send_owned`].
+    pub fn send_owned(&self, dest: usize, bytes: Vec<u8>, express: bool) {
+        self.transport.send_owned(dest, bytes, express)
     }
 
     /// See [`Transport::barrier_all`]; `when` says which one, in the monitor's messages

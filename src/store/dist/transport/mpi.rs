@@ -12,19 +12,20 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 /// The plugin ABI version this library speaks.
-const ABI_VERSION: c_int = 2;
+const ABI_VERSION: c_int = 3;
 /// The tag of every store message.
 pub const DATA_TAG: c_int = 1;
 
 type ReceiveFn = extern "C" fn(*mut c_void, c_int, c_int, *const u8, usize);
+type ReleaseFn = extern "C" fn(*mut c_void);
 
 /// The plugin's functions.
 struct Plugin {
-    // Kept loaded for the life of the process: the receiver thread runs its code.
+    // Kept loaded for the life of the process: its progress and dispatch threads run its code.
     _lib: libloading::Library,
     init: unsafe extern "C" fn(c_int, *mut c_int, *mut c_int) -> c_int,
     allgather_int: unsafe extern "C" fn(c_int, *mut c_int, usize) -> c_int,
-    send: unsafe extern "C" fn(c_int, c_int, *const u8, usize) -> c_int,
+    post: unsafe extern "C" fn(c_int, c_int, *const u8, usize, c_int, ReleaseFn, *mut c_void) -> c_int,
     start_receiver: unsafe extern "C" fn(ReceiveFn, *mut c_void) -> c_int,
     barrier: unsafe extern "C" fn(c_int) -> c_int,
     processor_names: unsafe extern "C" fn(*mut u8, usize, usize) -> c_int,
@@ -104,7 +105,7 @@ fn bind(lib: libloading::Library) -> Result<Plugin> {
     Ok(Plugin {
         init: sym!(b"kvmpi_init\0"),
         allgather_int: sym!(b"kvmpi_allgather_int\0"),
-        send: sym!(b"kvmpi_send\0"),
+        post: sym!(b"kvmpi_post\0"),
         start_receiver: sym!(b"kvmpi_start_receiver\0"),
         barrier: sym!(b"kvmpi_barrier\0"),
         processor_names: sym!(b"kvmpi_processor_names\0"),
@@ -148,10 +149,38 @@ struct MpiTransport {
     hosts: Vec<String>,
     /// Heartbeats run (some process of the job has a dist timeout).
     beating: bool,
-    // One send at a time per destination keeps a big message from interleaving with nothing:
-    // MPI orders messages between a pair anyway; this lock only serialises the plugin calls
-    // of one process, which MPI_THREAD_MULTIPLE would allow but buys nothing on one host.
-    send_lock: Mutex<()>,
+}
+
+/// Frees a message [`MpiTransport::send_owned`] posted, once the plugin has sent it.
+extern "C" fn release_owned(ctx: *mut c_void) {
+    // SAFETY: `ctx` is the `Box<Vec<u8>>` leaked by `send_owned`, released exactly once.
+    drop(unsafe { Box::from_raw(ctx as *mut Vec<u8>) });
+}
+
+/// Wakes a [`MpiTransport::send`] waiting for its message to be sent.
+struct Sent {
+    done: Mutex<bool>,
+    wake: parking_lot::Condvar,
+}
+
+extern "C" fn release_sent(ctx: *mut c_void) {
+    // SAFETY: `ctx` is the `Arc<Sent>` reference leaked by `send` for this call, released
+    // exactly once.
+    let sent = unsafe { Arc::from_raw(ctx as *const Sent) };
+    *sent.done.lock() = true;
+    sent.wake.notify_all();
+}
+
+impl MpiTransport {
+    /// Posts `len` bytes at `data` to the plugin's progress thread; a refusal aborts the job.
+    fn post(&self, dest: usize, data: *const u8, len: usize, express: bool, release: ReleaseFn, ctx: *mut c_void) -> bool {
+        // SAFETY: the callers keep `len` bytes at `data` valid until `release(ctx)`.
+        let rc = unsafe { (self.plugin.post)(dest as c_int, DATA_TAG, data, len, express as c_int, release, ctx) };
+        if rc != 0 {
+            eprintln!("libkvstore: MPI send of {len} bytes to rank {dest} failed (code {rc}); aborting the job");
+        }
+        rc == 0
+    }
 }
 
 enum State {
@@ -212,7 +241,7 @@ pub fn start(role: Role) -> Result<Arc<Node>> {
     // SAFETY: `on_message` has the callback signature; the context is unused.
     let rc = unsafe { (plugin.start_receiver)(on_message, std::ptr::null_mut()) };
     crate::ensure!(rc == 0, "the MPI receiver thread could not start (code {rc})");
-    let transport = MpiTransport { plugin, rank: rank.max(0) as usize, roles, hosts, beating, send_lock: Mutex::new(()) };
+    let transport = MpiTransport { plugin, rank: rank.max(0) as usize, roles, hosts, beating };
     let node = Arc::new(Node::new(Box::new(transport)));
     node.watch.set_label(format!("{} {}", role.name(), node.ranks_of(role).iter().position(|&r| r == node.rank).unwrap_or(0)));
     node.start_monitor(timeout);
@@ -246,13 +275,27 @@ impl Transport for MpiTransport {
         (ms >= 0).then(|| std::time::Duration::from_millis(ms as u64))
     }
 
-    /// A failure aborts the job (a lost message would hang it instead).
+    /// Returns once the bytes have been sent (no copy). A failure aborts the job (a lost
+    /// message would hang it instead).
     fn send(&self, dest: usize, bytes: &[u8]) {
-        let _one = self.send_lock.lock();
-        // SAFETY: `bytes` is valid for the call.
-        let rc = unsafe { (self.plugin.send)(dest as c_int, DATA_TAG, bytes.as_ptr(), bytes.len()) };
-        if rc != 0 {
-            eprintln!("libkvstore: MPI send of {} bytes to rank {dest} failed (code {rc}); aborting the job", bytes.len());
+        let sent = Arc::new(Sent { done: Mutex::new(false), wake: parking_lot::Condvar::new() });
+        let ctx = Arc::into_raw(Arc::clone(&sent)) as *mut c_void;
+        if !self.post(dest, bytes.as_ptr(), bytes.len(), false, release_sent, ctx) {
+            release_sent(ctx);
+            self.abort(1);
+        }
+        let mut done = sent.done.lock();
+        while !*done {
+            sent.wake.wait(&mut done);
+        }
+    }
+
+    /// Returns at once; the plugin frees the bytes once sent. A failure aborts the job.
+    fn send_owned(&self, dest: usize, bytes: Vec<u8>, express: bool) {
+        let (data, len) = (bytes.as_ptr(), bytes.len());
+        let ctx = Box::into_raw(Box::new(bytes)) as *mut c_void;
+        if !self.post(dest, data, len, express, release_owned, ctx) {
+            release_owned(ctx);
             self.abort(1);
         }
     }
