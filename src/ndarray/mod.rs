@@ -182,6 +182,13 @@ impl NDArray {
         ReadView { guard: self.chunk.payload.read_recursive(), range }
     }
 
+    /// Hints that this array's memory lock will soon be taken (by [`NDArray::read_view`] or
+    /// [`NDArray::write_view`]): loops locking thousands of small arrays overlap the misses.
+    #[inline(always)]
+    pub fn prefetch_lock(&self) {
+        crate::base::prefetch::prefetch_line(&*self.chunk.payload);
+    }
+
     /// A write guard on the view's bytes, for kernels writing several arrays at once.
     pub fn write_view(&self) -> WriteView<'_> {
         let range = match self.stype {
