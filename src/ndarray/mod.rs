@@ -153,6 +153,17 @@ impl NDArray {
         &self.chunk.var
     }
 
+    /// Hints that this array will soon be cloned: asks for the cache line of its chunk's
+    /// reference count, so that loops cloning thousands of arrays (a call's handles) overlap
+    /// the misses the locked increments would otherwise take one at a time.
+    #[inline(always)]
+    pub(crate) fn prefetch_clone(&self) {
+        // `Arc`'s counts sit before its value, which starts at the first multiple of the
+        // value's alignment past the two counts. Only a hint: a wrong address costs nothing.
+        let counts = std::mem::align_of::<Chunk>().max(2 * std::mem::size_of::<usize>());
+        crate::base::prefetch::prefetch_line((Arc::as_ptr(&self.chunk) as *const u8).wrapping_sub(counts));
+    }
+
     /// Whether both views share memory.
     pub fn same_chunk(&self, other: &NDArray) -> bool {
         Arc::ptr_eq(&self.chunk, &other.chunk)
@@ -180,6 +191,13 @@ impl NDArray {
             _ => None,
         };
         ReadView { guard: self.chunk.payload.read_recursive(), range }
+    }
+
+    /// Hints that this array's memory lock will soon be taken (by [`NDArray::read_view`] or
+    /// [`NDArray::write_view`]): loops locking thousands of small arrays overlap the misses.
+    #[inline(always)]
+    pub fn prefetch_lock(&self) {
+        crate::base::prefetch::prefetch_line(&*self.chunk.payload);
     }
 
     /// A write guard on the view's bytes, for kernels writing several arrays at once.

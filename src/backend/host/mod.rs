@@ -130,8 +130,8 @@ fn run_sum_batch(order: SumOrder, values: &[NDArray], batch: &[SumJob], env: &Op
     if !lockable_together(env.disjoint(), &reads, &writes) {
         return batch.iter().try_for_each(|job| run_sum(order, &values[job.values.clone()], &job.dst, env.threads()));
     }
-    let views: Vec<_> = reads.iter().map(|a| a.read_view()).collect();
-    let mut guards: Vec<_> = writes.iter().map(|a| a.write_view()).collect();
+    let views = read_views(&reads);
+    let mut guards = write_views(&writes);
     let mut views = views.iter();
     let mut srcs: Vec<&[u8]> = Vec::new();
     for (job, guard) in batch.iter().zip(guards.iter_mut()) {
@@ -231,6 +231,36 @@ fn lockable_together(disjoint: bool, reads: &[&NDArray], writes: &[&NDArray]) ->
     disjoint && reads.iter().chain(writes).all(|a| a.stype() == StorageType::Default)
 }
 
+/// How many arrays ahead [`read_views`] and [`write_views`] ask for the lock's line.
+const LOCK_AHEAD: usize = 8;
+
+/// Read locks on every array of a batch, each lock's line asked for a few arrays ahead: the
+/// locks of a batch's thousands of small arrays would otherwise miss one at a time.
+fn read_views<'a>(arrays: &[&'a NDArray]) -> Vec<crate::ndarray::ReadView<'a>> {
+    arrays.iter().take(LOCK_AHEAD).for_each(|a| a.prefetch_lock());
+    let mut views = Vec::with_capacity(arrays.len());
+    for (i, a) in arrays.iter().enumerate() {
+        if let Some(ahead) = arrays.get(i + LOCK_AHEAD) {
+            ahead.prefetch_lock();
+        }
+        views.push(a.read_view());
+    }
+    views
+}
+
+/// Write locks on every array of a batch, as [`read_views`].
+fn write_views<'a>(arrays: &[&'a NDArray]) -> Vec<crate::ndarray::WriteView<'a>> {
+    arrays.iter().take(LOCK_AHEAD).for_each(|a| a.prefetch_lock());
+    let mut guards = Vec::with_capacity(arrays.len());
+    for (i, a) in arrays.iter().enumerate() {
+        if let Some(ahead) = arrays.get(i + LOCK_AHEAD) {
+            ahead.prefetch_lock();
+        }
+        guards.push(a.write_view());
+    }
+    guards
+}
+
 /// Runs a batch of copies. The usual batch (dense, distinct outputs) takes every lock first,
 /// copies with streaming stores, fences once and then releases: a lock operation waits for
 /// the streamed bytes to reach memory, so locking around each small copy would stall on
@@ -241,8 +271,8 @@ fn run_copy_batch(outs: &[NDArray], batch: &[CopyJob], env: &OpEnv) -> Result<()
     if !lockable_together(env.disjoint(), &reads, &writes) {
         return batch.iter().try_for_each(|job| run_copies(&job.src, &outs[job.dsts.clone()], env.threads()));
     }
-    let views: Vec<_> = reads.iter().map(|a| a.read_view()).collect();
-    let mut guards: Vec<_> = writes.iter().map(|a| a.write_view()).collect();
+    let views = read_views(&reads);
+    let mut guards = write_views(&writes);
     let mut guards = guards.iter_mut();
     let mut dsts: Vec<(DType, &mut [u8])> = Vec::new();
     for (job, view) in batch.iter().zip(&views) {
