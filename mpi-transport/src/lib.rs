@@ -587,7 +587,7 @@ pub extern "C" fn kvmpi_barrier(group: c_int) -> c_int {
 /// Seconds `kvmpi_abort` gives `MPI_Abort` before this process exits on its own: with a peer
 /// or its host unreachable, Open MPI may not manage to tell the others (mpirun's daemons then
 /// end them when they lose contact), but this process must not stay behind.
-const ABORT_GRACE_S: u64 = 10;
+const ABORT_GRACE_S: u64 = 3;
 
 /// Aborts every process of the job with `code`. Never returns: if `MPI_Abort` has not ended
 /// this process within `ABORT_GRACE_S` seconds, it exits with `code`.
@@ -604,11 +604,55 @@ pub extern "C" fn kvmpi_abort(code: c_int) {
     std::process::exit(code);
 }
 
+/// Ends this process where it hears from no other rank of the job (its host is cut off):
+/// `MPI_Abort` could not reach mpirun, and the host's Open MPI daemon for the job, whose
+/// report of this process's end could not reach mpirun either, would wait for it as long as
+/// TCP retransmits (many minutes, keepalives do not apply to unacknowledged data). So the
+/// daemon is killed (the nearest ancestor process named `orted`, if any) and this process
+/// exits with `code` at once. Never returns.
+#[no_mangle]
+pub extern "C" fn kvmpi_abort_isolated(code: c_int) {
+    if let Some(daemon) = daemon_ancestor() {
+        // SAFETY: a plain system call on a process id read from /proc.
+        unsafe { libc_kill(daemon, SIGKILL) };
+    }
+    // SAFETY: `_exit` ends the process at once; no Rust state is touched after it.
+    unsafe { libc_exit(code) };
+}
+
+/// The process id of the nearest ancestor named `orted` (Open MPI's daemon), within a few
+/// generations.
+fn daemon_ancestor() -> Option<c_int> {
+    let parent_of = |pid: &str| -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`: the command may hold spaces and parentheses.
+        let after = &stat[stat.rfind(')')? + 1..];
+        after.split_whitespace().nth(1).map(str::to_string)
+    };
+    let mut pid = parent_of("self")?;
+    for _ in 0..8 {
+        if pid == "0" || pid == "1" {
+            return None;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        if comm.trim() == "orted" {
+            return pid.parse().ok();
+        }
+        pid = parent_of(&pid)?;
+    }
+    None
+}
+
+const SIGKILL: c_int = 9;
+
 extern "C" {
     /// libc's `_exit`: ends the process without running exit handlers (which could wait on
     /// the MPI library that is stuck).
     #[link_name = "_exit"]
     fn libc_exit(code: c_int) -> !;
+    /// libc's `kill`.
+    #[link_name = "kill"]
+    fn libc_kill(pid: c_int, signal: c_int) -> c_int;
 }
 
 /// Writes this process's MPI processor name (its host name), NUL-terminated, into `out` (`len`

@@ -10,7 +10,9 @@
 //! or cut-off process, or one whose host is unreachable, is.
 //!
 //! A monitor thread per node checks every [`check_interval`]: when a peer it is owed something
-//! by has been silent for longer than the timeout, it prints what it waited for, from which
+//! by has been silent for longer than the timeout, or when it has heard from no other rank at
+//! all for that long ([`isolated`]: its host is cut off, so it ends by itself even where it
+//! waits for nothing, an idle server), it prints what it waited for, from which
 //! rank on which host, and aborts the whole job (MPI_Abort: mpirun ends every rank on every
 //! host). Nothing is half-applied: a server applies a round only once every push of it has
 //! arrived, and an abort ends the job before any later round.
@@ -182,6 +184,16 @@ impl Watch {
     }
 }
 
+/// How long this rank has heard from none of `others`, if every one of them has been silent
+/// for longer than `timeout`: this rank (its host) is cut off from the job, or the job's
+/// other processes are all gone, whether or not it is owed anything (an idle server waits for
+/// the next round's pushes, which are owed by no one yet).
+pub fn isolated(others: &[usize], silence: impl Fn(usize) -> Option<Duration>, timeout: Duration) -> Option<Duration> {
+    let quiet: Vec<Duration> = others.iter().map(|&r| silence(r)).collect::<Option<Vec<_>>>()?;
+    let least = quiet.into_iter().min()?;
+    (least > timeout).then_some(least)
+}
+
 /// The owe whose peer has been silent longest, if longer than `timeout`: `(owe, silence)`.
 pub fn judge(owed: &[Owe], silence: impl Fn(usize) -> Option<Duration>, timeout: Duration) -> Option<(Owe, Duration)> {
     owed.iter()
@@ -203,6 +215,8 @@ pub trait Peers: Send + Sync {
     fn host(&self, rank: usize) -> String;
     /// Ends the job.
     fn abort(&self, code: i32) -> !;
+    /// See [`crate::store::dist::transport::Transport::abort_isolated`].
+    fn abort_isolated(&self, code: i32) -> !;
 }
 
 /// Starts the monitor of a node's `watch` (a no-op without a timeout or where the transport
@@ -236,6 +250,21 @@ pub fn start_monitor(watch: &Arc<Watch>, peers: Weak<dyn Peers>, timeout: Option
             continue;
         }
         let Some(node) = peers.upgrade() else { return };
+        if let Some(silent) = isolated(&others, |r| node.silence(r), timeout) {
+            if watch.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            let me = node.me();
+            let label = watch.label.lock().clone();
+            let line = format!(
+                "libkvstore: {label} (MPI rank {me} on host {}): no message from any other rank for {:.1} s (KVSTORE_DIST_TIMEOUT={} s): this host is cut off from the job, or every other process is gone; aborting the MPI job",
+                node.host(me),
+                silent.as_secs_f64(),
+                timeout.as_secs_f64()
+            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), format!("{line}\n").as_bytes());
+            node.abort_isolated(1);
+        }
         let owed = watch.owed(&others);
         if let Some((owe, silent)) = judge(&owed, |r| node.silence(r), timeout) {
             if watch.stopped.load(Ordering::SeqCst) {
@@ -295,6 +324,17 @@ mod tests {
         assert_eq!((owe.peer, quiet), (3, Duration::from_secs(4)));
         // A transport that does not watch its peers never judges.
         assert_eq!(judge(&owed, |_| None, t), None);
+    }
+
+    #[test]
+    fn a_rank_that_hears_from_no_other_past_the_timeout_is_isolated() {
+        let t = Duration::from_secs(3);
+        let quiet = |ms: [u64; 4]| move |r: usize| Some(Duration::from_millis(ms[r]));
+        assert_eq!(isolated(&[1, 2, 3], quiet([0, 4000, 5000, 9000]), t), Some(Duration::from_millis(4000)));
+        assert_eq!(isolated(&[1, 2, 3], quiet([0, 4000, 100, 9000]), t), None, "one peer still heard");
+        assert_eq!(isolated(&[1, 2, 3], quiet([0, 2000, 2500, 2900]), t), None, "not past the timeout");
+        assert_eq!(isolated(&[1, 2], |_| None, t), None, "no heartbeats: nothing to judge");
+        assert_eq!(isolated(&[], quiet([0; 4]), t), None, "a job of one");
     }
 
     #[test]

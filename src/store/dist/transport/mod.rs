@@ -49,6 +49,12 @@ pub trait Transport: Send + Sync {
     fn barrier_all(&self);
     /// Ends the whole job (never returns to the caller).
     fn abort(&self, code: i32) -> !;
+    /// Ends this process where it hears from no other rank (its host is cut off from the job):
+    /// telling the job is hopeless, and whatever runs this process on its host for the job
+    /// would wait on the lost connection for as long as TCP retransmits; it goes too.
+    fn abort_isolated(&self, code: i32) -> ! {
+        self.abort(code)
+    }
     /// Stops receiving: this node has left the job.
     fn finalize(&self);
 }
@@ -162,6 +168,10 @@ impl liveness::Peers for Node {
 
     fn abort(&self, code: i32) -> ! {
         self.transport.abort(code)
+    }
+
+    fn abort_isolated(&self, code: i32) -> ! {
+        self.transport.abort_isolated(code)
     }
 }
 

@@ -32,6 +32,7 @@ struct Plugin {
     start_heartbeat: unsafe extern "C" fn(u64) -> c_int,
     silence_ms: unsafe extern "C" fn(c_int) -> i64,
     abort: unsafe extern "C" fn(c_int),
+    abort_isolated: unsafe extern "C" fn(c_int),
     finalize: unsafe extern "C" fn() -> c_int,
 }
 
@@ -112,6 +113,7 @@ fn bind(lib: libloading::Library) -> Result<Plugin> {
         start_heartbeat: sym!(b"kvmpi_start_heartbeat\0"),
         silence_ms: sym!(b"kvmpi_silence_ms\0"),
         abort: sym!(b"kvmpi_abort\0"),
+        abort_isolated: sym!(b"kvmpi_abort_isolated\0"),
         finalize: sym!(b"kvmpi_finalize\0"),
         _lib: lib,
     })
@@ -308,6 +310,12 @@ impl Transport for MpiTransport {
     fn abort(&self, code: i32) -> ! {
         // SAFETY: a plain call; it does not return.
         unsafe { (self.plugin.abort)(code) };
+        std::process::exit(code)
+    }
+
+    fn abort_isolated(&self, code: i32) -> ! {
+        // SAFETY: a plain call; it does not return.
+        unsafe { (self.plugin.abort_isolated)(code) };
         std::process::exit(code)
     }
 
