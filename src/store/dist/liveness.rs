@@ -250,41 +250,41 @@ pub fn start_monitor(watch: &Arc<Watch>, peers: Weak<dyn Peers>, timeout: Option
             continue;
         }
         let Some(node) = peers.upgrade() else { return };
-        if let Some(silent) = isolated(&others, |r| node.silence(r), timeout) {
-            if watch.stopped.load(Ordering::SeqCst) {
-                return;
-            }
-            let me = node.me();
-            let label = watch.label.lock().clone();
-            let line = format!(
-                "libkvstore: {label} (MPI rank {me} on host {}): no message from any other rank for {:.1} s (KVSTORE_DIST_TIMEOUT={} s): this host is cut off from the job, or every other process is gone; aborting the MPI job",
-                node.host(me),
-                silent.as_secs_f64(),
-                timeout.as_secs_f64()
-            );
-            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), format!("{line}\n").as_bytes());
-            node.abort_isolated(1);
+        let isolated = isolated(&others, |r| node.silence(r), timeout);
+        let silent_owe = || judge(&watch.owed(&others), |r| node.silence(r), timeout);
+        let (cause, silent) = match isolated {
+            Some(silent) => (None, silent),
+            None => match silent_owe() {
+                Some((owe, silent)) => (Some(owe), silent),
+                None => continue,
+            },
+        };
+        if watch.stopped.load(Ordering::SeqCst) {
+            return;
         }
-        let owed = watch.owed(&others);
-        if let Some((owe, silent)) = judge(&owed, |r| node.silence(r), timeout) {
-            if watch.stopped.load(Ordering::SeqCst) {
-                return;
-            }
-            let me = node.me();
-            let label = watch.label.lock().clone();
-            // One write: mpirun relays each read of a rank's stderr as it comes, so a line
-            // written in pieces interleaves with other ranks' reports of the same silence.
-            let line = format!(
-                "libkvstore: {label} (MPI rank {me} on host {}): no message from {} on host {} for {:.1} s (KVSTORE_DIST_TIMEOUT={} s) while waiting for {}; aborting the MPI job",
-                node.host(me),
-                node.describe(owe.peer),
-                node.host(owe.peer),
-                silent.as_secs_f64(),
-                timeout.as_secs_f64(),
-                owe.what
-            );
-            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), format!("{line}\n").as_bytes());
-            node.abort(1);
+        let me = node.me();
+        let label = watch.label.lock().clone();
+        let whom = match &cause {
+            None => "any other rank".to_string(),
+            Some(owe) => format!("{} on host {}", node.describe(owe.peer), node.host(owe.peer)),
+        };
+        let why = match &cause {
+            None => "this host is cut off from the job, or every other process is gone".to_string(),
+            Some(owe) => format!("while waiting for {}", owe.what),
+        };
+        let joint = if cause.is_some() { " " } else { ": " };
+        // One write: mpirun relays each read of a rank's stderr as it comes, so a line written
+        // in pieces interleaves with other ranks' reports of the same silence.
+        let line = format!(
+            "libkvstore: {label} (MPI rank {me} on host {}): no message from {whom} for {:.1} s (KVSTORE_DIST_TIMEOUT={} s){joint}{why}; aborting the MPI job\n",
+            node.host(me),
+            silent.as_secs_f64(),
+            timeout.as_secs_f64()
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        match cause {
+            None => node.abort_isolated(1),
+            Some(_) => node.abort(1),
         }
     });
 }
