@@ -94,7 +94,7 @@ pub(super) struct HostedStore {
     /// updater (called inside a push) may call the store again.
     calls: ReentrantMutex<()>,
     staging: Mutex<HashMap<Slot, Staging>>,
-    /// The host arrays seen, lent in place from their second call on.
+    /// The host arrays seen, lent in place from their third call on (`super::lent`).
     lender: Lender,
     /// The host arrays updaters get, over the store's sums and stored values.
     views: Arc<Views>,
