@@ -70,9 +70,7 @@ struct Early {
 impl Pending {
     /// A pull sent before its op runs (see [`Pending::early`]).
     fn ahead(parts: usize, target: NDArray) -> Arc<Pending> {
-        let mut p = Pending::new(parts, None, Some(target));
-        Arc::get_mut(&mut p).expect("just made").early = Some(Mutex::new(Early::default()));
-        p
+        Arc::new(Pending { early: Some(Mutex::new(Early::default())), ..Pending::unshared(parts, None, Some(target)) })
     }
 
     /// Writes answered bytes at `offset` of the target, or keeps them until the op starts.
@@ -88,6 +86,10 @@ impl Pending {
     }
 
     fn new(parts: usize, done: Option<OpDone>, target: Option<NDArray>) -> Arc<Pending> {
+        Arc::new(Pending::unshared(parts, done, target))
+    }
+
+    fn unshared(parts: usize, done: Option<OpDone>, target: Option<NDArray>) -> Pending {
         // A request to no server is finished at once (an unfinished completion fails its op).
         let done = match done {
             Some(d) if parts == 0 => {
@@ -96,7 +98,7 @@ impl Pending {
             }
             d => d,
         };
-        Arc::new(Pending {
+        Pending {
             remaining: AtomicUsize::new(parts),
             done: Mutex::new(done),
             target,
@@ -105,7 +107,7 @@ impl Pending {
             finished: Mutex::new(parts == 0),
             wake: Condvar::new(),
             early: None,
-        })
+        }
     }
 
     /// Finishes `done` with the servers' errors, if any.
