@@ -25,6 +25,7 @@ mod bytes;
 pub(crate) mod gpu;
 pub(crate) mod host;
 
+use crate::engine::Ticket;
 use crate::error::Result;
 use crate::ndarray::{Context, DeviceType, NDArray};
 use std::ops::Range;
@@ -42,6 +43,26 @@ pub struct SumJob {
     pub values: Range<usize>,
     /// Where the sum goes: the stored value, or the buffer handed to an updater.
     pub dst: NDArray,
+    /// Outputs a pull may hand to this sum before it starts (the host backend's sums only).
+    pub tail: Option<Arc<PullTail>>,
+}
+
+/// The outputs of a pull queued right behind a sum that has not started, handed to the sum's
+/// op (see `Engine::try_extend`): it writes them with the sum, in one pass over memory. Dense,
+/// of the sum's dtype and size, in host memory, distinct.
+#[derive(Default)]
+pub struct PullTail(parking_lot::Mutex<Vec<NDArray>>);
+
+impl PullTail {
+    /// Adds outputs (while the sum's op cannot start).
+    pub fn hand(&self, outs: impl IntoIterator<Item = NDArray>) {
+        self.0.lock().extend(outs);
+    }
+
+    /// Takes the outputs handed so far.
+    pub fn take(&self) -> Vec<NDArray> {
+        std::mem::take(&mut *self.0.lock())
+    }
 }
 
 /// `dst = Σ dequantize(quantize(values[i], residuals[i]))` for one key (float32).
@@ -81,8 +102,9 @@ pub trait Backend: Sync {
     /// The context kind's name, for messages.
     fn name(&self) -> &'static str;
 
-    /// Sums a batch of keys (`bytes` moved in all).
-    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32);
+    /// Sums a batch of keys (`bytes` moved in all). Returns the op's ticket where the backend
+    /// writes the jobs' [`PullTail`]s.
+    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) -> Option<Ticket>;
 
     /// Compressed sums of a batch of keys (`bytes` moved in all).
     fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32);
@@ -127,7 +149,7 @@ impl Backend for HostContexts {
         host::HOST.name()
     }
 
-    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) {
+    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) -> Option<Ticket> {
         let backend = host_or_gpu(batch.iter().flat_map(|j| values[j.values.clone()].iter().chain(std::iter::once(&j.dst))));
         backend.sum(order, values, batch, bytes, priority)
     }

@@ -12,6 +12,7 @@
 //! [`scheduler`]); the engine's completions, waits and failure reports stay the same.
 
 mod completion;
+mod extend;
 mod poison;
 mod queue;
 mod scheduler;
@@ -25,6 +26,7 @@ use queue::ReadyQueue;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+pub use extend::Ticket;
 pub use scheduler::{HostCompletion, HostStart, Scheduler};
 
 /// The unit of dependency tracking: one per storage chunk.
@@ -195,6 +197,8 @@ pub(crate) struct Op {
     /// inherited one comes from.
     vars: Vec<u64>,
     writes: usize,
+    /// Ids of the variables added to its writes before it started (see [`Engine::try_extend`]).
+    extra_writes: Mutex<Vec<u64>>,
     /// Where the op runs in the host's engine: completes the host's op.
     host_completion: Mutex<Option<HostCompletion>>,
 }
@@ -378,8 +382,8 @@ impl Engine {
         priority: i32,
         tiny: bool,
         work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
-    ) {
-        self.schedule(reads, writes, priority, tiny, Box::new(move |env, done| done.finish(catch(|| work(env)))));
+    ) -> Ticket {
+        self.schedule(reads, writes, priority, tiny, Box::new(move |env, done| done.finish(catch(|| work(env)))))
     }
 
     /// Schedules an op whose work may finish later, on another thread or a device: `work`
@@ -390,7 +394,7 @@ impl Engine {
         self.schedule(reads, writes, priority, false, Box::new(work));
     }
 
-    fn schedule(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, tiny: bool, work: Work) {
+    fn schedule(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, tiny: bool, work: Work) -> Ticket {
         *self.outstanding.lock() += 1;
         let Registered { completion, deps, disjoint, vars } = self.register(reads, writes);
         let op = Arc::new(Op {
@@ -401,12 +405,15 @@ impl Engine {
             disjoint,
             vars,
             writes: writes.len(),
+            extra_writes: Mutex::new(Vec::new()),
             host_completion: Mutex::new(None),
         });
+        let ticket = Ticket::of(&op);
         if let Some(host) = self.host_scheduler() {
             // The host orders it; its completion still ends the native waits on its variables.
             drop(deps);
-            return self.schedule_on_host(host, reads, writes, op);
+            self.schedule_on_host(host, reads, writes, op);
+            return ticket;
         }
         for dep in deps {
             op.remaining.fetch_add(1, Ordering::AcqRel);
@@ -422,6 +429,7 @@ impl Engine {
         } else {
             self.release(op);
         }
+        ticket
     }
 
     /// Queues `op` in the host's engine on its variables' tokens.
@@ -581,6 +589,7 @@ impl Engine {
     fn finish(&'static self, op: Arc<Op>, failure: Option<Arc<Failure>>) {
         if let Some(f) = &failure {
             self.poison.record(&op.vars[..op.writes], f);
+            self.poison.record(&op.extra_writes.lock(), f);
         }
         let host_completion = op.host_completion.lock().take();
         if let Some(complete) = host_completion {

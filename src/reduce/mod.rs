@@ -11,7 +11,7 @@ mod stream;
 mod sum;
 
 pub use parallel::ReduceConfig;
-pub use sum::{add_into, sum_into, SumOrder};
+pub use sum::{add_into, sum_into, sum_into_with_copies, SumOrder};
 
 use crate::base::{cast, DType};
 

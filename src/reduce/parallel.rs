@@ -65,6 +65,36 @@ pub(crate) fn for_parts<T: Send>(dst: &mut [T], budget: usize, f: impl Fn(usize,
     });
 }
 
+/// [`for_parts`] over `dst` and `others` (each at least as long) split alike: `f(offset, part
+/// of dst, the same part of each other slice)`.
+pub(crate) fn for_parts_with<T: Send>(dst: &mut [T], others: &mut [&mut [T]], budget: usize, f: impl Fn(usize, &mut [T], &mut [&mut [T]]) + Sync) {
+    let n = dst.len();
+    let threads = ReduceConfig::get().threads_for(n).min(budget.max(1));
+    if threads <= 1 || n < 2 * 4096 {
+        let mut whole: Vec<&mut [T]> = others.iter_mut().map(|o| &mut o[..n]).collect();
+        f(0, dst, &mut whole);
+        return;
+    }
+    let per = n.div_ceil(threads).div_ceil(4096) * 4096;
+    let mut split: Vec<Vec<&mut [T]>> = (0..n.div_ceil(per)).map(|_| Vec::with_capacity(others.len())).collect();
+    for other in others.iter_mut() {
+        for (t, chunk) in other[..n].chunks_mut(per).enumerate() {
+            split[t].push(chunk);
+        }
+    }
+    std::thread::scope(|scope| {
+        let f = &f;
+        let mut parts = dst.chunks_mut(per).zip(split).enumerate();
+        let first = parts.next();
+        for (k, (part, mut rest)) in parts {
+            scope.spawn(move || f(k * per, part, &mut rest));
+        }
+        if let Some((_, (part, mut rest))) = first {
+            f(0, part, &mut rest);
+        }
+    });
+}
+
 /// Copies `src` into `dst` (same length), over up to `budget` threads when big.
 pub(crate) fn copy(src: &[u8], dst: &mut [u8], elem_size: usize, budget: usize) {
     let n = dst.len().min(src.len());

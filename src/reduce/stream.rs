@@ -100,10 +100,17 @@ unsafe fn stream_64_avx2(dst: &mut [u8], src: &[u8]) {
 /// which otherwise sum into a cached block and copy it out, a second pass over memory. Returns false, doing
 /// nothing, for other source counts. Bit-identical to `sum_serial`: same association.
 pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]]) -> bool {
-    if !(2..=4).contains(&srcs.len()) || srcs.iter().any(|s| s.len() < dst.len()) {
+    stream_sum_f32_to(order, dst, &mut [], srcs)
+}
+
+/// [`stream_sum_f32`] that also streams each sum to every one of `outs` (each as long as
+/// `dst` and aligned as it is, else false and nothing done): a pull's outputs written in the
+/// sum's own pass.
+pub(crate) fn stream_sum_f32_to(order: super::SumOrder, dst: &mut [f32], outs: &mut [&mut [f32]], srcs: &[&[f32]]) -> bool {
+    let n = dst.len();
+    if !(2..=4).contains(&srcs.len()) || srcs.iter().any(|s| s.len() < n) || outs.iter().any(|o| o.len() != n) {
         return false;
     }
-    let n = dst.len();
     let combine = |a: f32, b: f32, c: Option<f32>, d: Option<f32>| -> f32 {
         match (order, c, d) {
             (_, None, _) => a + b,
@@ -114,9 +121,12 @@ pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[
         }
     };
     let at = |k: usize, i: usize| srcs.get(k).map(|s| s[i]);
-    let scalar = |dst: &mut [f32], range: std::ops::Range<usize>| {
+    let scalar = |dst: &mut [f32], outs: &mut [&mut [f32]], range: std::ops::Range<usize>| {
         for i in range {
             dst[i] = combine(srcs[0][i], srcs[1][i], at(2, i), at(3, i));
+            for o in outs.iter_mut() {
+                o[i] = dst[i];
+            }
         }
     };
     #[cfg(target_arch = "x86_64")]
@@ -124,20 +134,26 @@ pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[
         // Buffers start on a cache line, so `head` is empty unless `dst` is a view into one.
         let wide = super::simd::has_avx2();
         let (align, step) = if wide { (32, 8) } else { (16, 4) };
+        let misalign = |p: *const f32| p as usize % align;
+        if outs.iter().any(|o| misalign(o.as_ptr()) != misalign(dst.as_ptr())) {
+            return false;
+        }
         let head = dst.as_ptr().align_offset(align).min(n);
         let body_end = head + (n - head) / step * step;
-        scalar(dst, 0..head);
+        scalar(dst, outs, 0..head);
+        let mut body_outs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[head..body_end]).collect();
         if wide {
-            // SAFETY: the CPU supports AVX2 (checked above); the body starts on a 32-byte
-            // boundary and is whole 8-float steps.
-            unsafe { stream_sum_body_avx2(order, &mut dst[head..body_end], srcs, head) };
+            // SAFETY: the CPU supports AVX2 (checked above); the body of `dst` and of every
+            // output starts on a 32-byte boundary (same alignment as `dst`, checked above) and
+            // is whole 8-float steps.
+            unsafe { stream_sum_body_avx2(order, &mut dst[head..body_end], &mut body_outs, srcs, head) };
         } else {
-            stream_sum_body(order, &mut dst[head..body_end], srcs, head);
+            stream_sum_body(order, &mut dst[head..body_end], &mut body_outs, srcs, head);
         }
-        scalar(dst, body_end..n);
+        scalar(dst, outs, body_end..n);
     }
     #[cfg(not(target_arch = "x86_64"))]
-    scalar(dst, 0..n);
+    scalar(dst, outs, 0..n);
     true
 }
 
@@ -194,24 +210,26 @@ impl F32Vector for std::arch::x86_64::__m256 {
     }
 }
 
-/// `dst = Σ srcs[..][offset..]`, `V::LANES` floats at a time, streamed out, then fenced.
+/// `dst = Σ srcs[..][offset..]`, `V::LANES` floats at a time, streamed out to `dst` and every
+/// one of `outs`, then fenced.
 ///
 /// # Safety
-/// `dst` must start on a boundary of `V`'s size and hold whole steps of `V::LANES` floats, and
-/// the CPU must support `V`'s instructions.
+/// `dst` and every output must start on a boundary of `V`'s size and hold the same whole steps
+/// of `V::LANES` floats, and the CPU must support `V`'s instructions.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn stream_sum_lanes<V: F32Vector>(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
+unsafe fn stream_sum_lanes<V: F32Vector>(order: super::SumOrder, dst: &mut [f32], outs: &mut [&mut [f32]], srcs: &[&[f32]], offset: usize) {
     debug_assert!(dst.len() % V::LANES == 0 && dst.as_ptr() as usize % (4 * V::LANES) == 0);
+    debug_assert!(outs.iter().all(|o| o.len() == dst.len() && o.as_ptr() as usize % (4 * V::LANES) == 0));
     let k = srcs.len();
     let src: Vec<&[f32]> = srcs.iter().map(|s| &s[offset..offset + dst.len()]).collect();
     let cpu_comm = order == super::SumOrder::CpuComm;
     for (j, out) in dst.chunks_exact_mut(V::LANES).enumerate() {
         let i = j * V::LANES;
         // SAFETY: every source holds at least `dst.len()` floats from `offset` (checked by the
-        // caller), so the `LANES` floats at `i` are in bounds for each; `out` is aligned (the
-        // caller aligned the start and chunks are whole registers); the caller guarantees the
-        // CPU support.
+        // caller), so the `LANES` floats at `i` are in bounds for each, and every output holds
+        // `dst.len()` floats; `out` and the outputs at `i` are aligned (the caller aligned
+        // their starts and steps are whole registers); the caller guarantees the CPU support.
         unsafe {
             let at = |s: usize| V::load(src[s].as_ptr().add(i));
             let (a, b) = (at(0), at(1));
@@ -223,6 +241,9 @@ unsafe fn stream_sum_lanes<V: F32Vector>(order: super::SumOrder, dst: &mut [f32]
                 (_, false) => a.add(b).add(at(2)).add(at(3)),
             };
             r.stream(out.as_mut_ptr());
+            for o in outs.iter_mut() {
+                r.stream(o.as_mut_ptr().add(i));
+            }
         }
     }
     store_fence();
@@ -230,9 +251,10 @@ unsafe fn stream_sum_lanes<V: F32Vector>(order: super::SumOrder, dst: &mut [f32]
 
 /// The SSE body of [`stream_sum_f32`] (see [`stream_sum_lanes`]).
 #[cfg(target_arch = "x86_64")]
-fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
-    // SAFETY: SSE is part of x86_64; the caller aligned `dst` to 16 bytes in whole 4-float steps.
-    unsafe { stream_sum_lanes::<std::arch::x86_64::__m128>(order, dst, srcs, offset) }
+fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], outs: &mut [&mut [f32]], srcs: &[&[f32]], offset: usize) {
+    // SAFETY: SSE is part of x86_64; the caller aligned `dst` and `outs` to 16 bytes in whole
+    // 4-float steps.
+    unsafe { stream_sum_lanes::<std::arch::x86_64::__m128>(order, dst, outs, srcs, offset) }
 }
 
 /// The AVX2 body of [`stream_sum_f32`], for a 32-byte aligned `dst` of whole 8-float steps.
@@ -242,9 +264,10 @@ fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], off
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn stream_sum_body_avx2(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]], offset: usize) {
-    // SAFETY: the caller guarantees AVX2 and aligned `dst` to 32 bytes in whole 8-float steps.
-    unsafe { stream_sum_lanes::<std::arch::x86_64::__m256>(order, dst, srcs, offset) }
+unsafe fn stream_sum_body_avx2(order: super::SumOrder, dst: &mut [f32], outs: &mut [&mut [f32]], srcs: &[&[f32]], offset: usize) {
+    // SAFETY: the caller guarantees AVX2 and aligned `dst` and `outs` to 32 bytes in whole
+    // 8-float steps.
+    unsafe { stream_sum_lanes::<std::arch::x86_64::__m256>(order, dst, outs, srcs, offset) }
 }
 
 #[cfg(test)]
@@ -279,9 +302,9 @@ mod tests {
         for order in [SumOrder::CpuComm, SumOrder::Serial] {
             for k in 2..=4 {
                 let views: Vec<&[f32]> = srcs[..k].iter().map(|v| &v[..]).collect();
-                stream_sum_body(order, typed_mut::<f32>(sse.bytes_mut()), &views, 6);
+                stream_sum_body(order, typed_mut::<f32>(sse.bytes_mut()), &mut [], &views, 6);
                 // SAFETY: AVX2 support was checked above.
-                unsafe { stream_sum_body_avx2(order, typed_mut::<f32>(avx.bytes_mut()), &views, 6) };
+                unsafe { stream_sum_body_avx2(order, typed_mut::<f32>(avx.bytes_mut()), &mut [], &views, 6) };
                 assert_eq!(sse.bytes(), avx.bytes(), "{order:?} k={k}");
             }
         }
@@ -310,5 +333,43 @@ mod tests {
         }
         let mut dst = [0f32; 4];
         assert!(!stream_sum_f32(SumOrder::Serial, &mut dst, &[&[1.0; 4]]));
+    }
+
+    #[test]
+    fn sums_streamed_to_outputs_too_equal_the_sum_at_every_offset() {
+        use crate::reduce::SumOrder;
+        let make = |seed: u32| -> Vec<f32> { (0..1037u32).map(|i| ((i * 2654435761u32 ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
+        let srcs: Vec<Vec<f32>> = (0..4).map(make).collect();
+        let views: Vec<&[f32]> = srcs.iter().map(|v| &v[..]).collect();
+        for offset in 0..9 {
+            let n = 1037 - offset;
+            let mut want = vec![0f32; n];
+            assert!(stream_sum_f32(SumOrder::CpuComm, &mut want, &views));
+            // Buffers start on a cache line, so views at one offset are aligned alike.
+            let filled_n = |v: f32, len: usize| {
+                let mut b = crate::base::buffer::Buffer::zeroed(len * 4).unwrap();
+                crate::base::buffer::typed_mut::<f32>(b.bytes_mut()).fill(v);
+                b
+            };
+            let filled = |v: f32| filled_n(v, 1040);
+            let (mut buf, mut a, mut b) = (filled(0.0), filled(1.0), filled(2.0));
+            let (buf, a, b) = (
+                crate::base::buffer::typed_mut::<f32>(buf.bytes_mut()),
+                crate::base::buffer::typed_mut::<f32>(a.bytes_mut()),
+                crate::base::buffer::typed_mut::<f32>(b.bytes_mut()),
+            );
+            let mut outs = [&mut a[offset..offset + n], &mut b[offset..offset + n]];
+            assert!(stream_sum_f32_to(SumOrder::CpuComm, &mut buf[offset..offset + n], &mut outs, &views));
+            for got in [&*buf, &*a, &*b] {
+                assert!(got[offset..offset + n].iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()), "offset {offset}");
+                assert!(got[offset + n..].iter().all(|&x| x == got[1039]), "written past the end at offset {offset}");
+            }
+            // An output aligned unlike `dst` is refused, untouched.
+            let mut c = filled_n(3.0, 1041);
+            let c = crate::base::buffer::typed_mut::<f32>(c.bytes_mut());
+            let mut shifted = [&mut c[offset + 1..offset + 1 + n]];
+            assert!(!stream_sum_f32_to(SumOrder::CpuComm, &mut buf[offset..offset + n], &mut shifted, &views));
+            assert!(c.iter().all(|&x| x == 3.0));
+        }
     }
 }

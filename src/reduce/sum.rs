@@ -24,6 +24,57 @@ pub fn sum_into(dtype: DType, order: SumOrder, dst: &mut [u8], srcs: &[&[u8]], t
     })
 }
 
+/// `dst = Σ srcs` and every one of `outs` `= dst` (each of `dst`'s dtype and length), in one
+/// pass over memory: a pull right behind its push takes its outputs from the sum as it is
+/// made, instead of reading the stored value back. The same bits as [`sum_into`] then copies.
+pub fn sum_into_with_copies(dtype: DType, order: SumOrder, dst: &mut [u8], outs: &mut [&mut [u8]], srcs: &[&[u8]], threads: usize) {
+    crate::with_element_type!(dtype, T => {
+        let srcs: Vec<&[T]> = srcs.iter().map(|s| typed::<T>(s)).collect();
+        let mut outs: Vec<&mut [T]> = outs.iter_mut().map(|o| typed_mut::<T>(o)).collect();
+        sum_copies_typed::<T>(order, typed_mut::<T>(dst), &mut outs, &srcs, threads)
+    })
+}
+
+fn sum_copies_typed<T: Element>(order: SumOrder, dst: &mut [T], outs: &mut [&mut [T]], srcs: &[&[T]], threads: usize) {
+    let stream = std::mem::size_of_val(dst) >= STREAM_SUM_MIN_BYTES;
+    super::parallel::for_parts_with(dst, outs, threads, |offset, part, outs| {
+        let end = offset + part.len();
+        let parts: Vec<&[T]> = srcs.iter().map(|s| &s[offset..end]).collect();
+        sum_copies_part(order, part, outs, &parts, stream);
+    });
+}
+
+fn sum_copies_part<T: Element>(order: SumOrder, dst: &mut [T], outs: &mut [&mut [T]], srcs: &[&[T]], stream: bool) {
+    if stream && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        let srcs32: Vec<&[f32]> = srcs.iter().map(|s| bytemuck::cast_slice::<T, f32>(s)).collect();
+        let mut outs32: Vec<&mut [f32]> = outs.iter_mut().map(|o| bytemuck::cast_slice_mut::<T, f32>(o)).collect();
+        if super::stream::stream_sum_f32_to(order, bytemuck::cast_slice_mut::<T, f32>(dst), &mut outs32, &srcs32) {
+            return;
+        }
+    }
+    // Each block is summed in cache, then written to `dst` and the outputs.
+    const BLOCK: usize = 4096;
+    let mut block = vec![T::default(); BLOCK.min(dst.len())];
+    let mut parts: Vec<&[T]> = Vec::with_capacity(srcs.len());
+    for (k, out) in dst.chunks_mut(BLOCK).enumerate() {
+        let (start, len) = (k * BLOCK, out.len());
+        parts.clear();
+        parts.extend(srcs.iter().map(|s| &s[start..start + len]));
+        let sum = &mut block[..len];
+        sum_serial(order, sum, &parts);
+        for o in std::iter::once(out).chain(outs.iter_mut().map(|o| &mut o[start..start + len])) {
+            if stream {
+                super::stream::stream_copy_unfenced(bytemuck::cast_slice_mut(o), bytemuck::cast_slice(sum));
+            } else {
+                o.copy_from_slice(sum);
+            }
+        }
+    }
+    if stream {
+        super::stream::store_fence();
+    }
+}
+
 /// The bytes `add_into` sums per step: a multiple of every element size, small enough that
 /// the copy of `dst` it sums from stays in L1.
 const ADD_BLOCK_BYTES: usize = 16 << 10;
@@ -295,6 +346,35 @@ mod tests {
         let mut dst = [0u8; 2];
         sum_into(DType::Uint8, SumOrder::CpuComm, &mut dst, &[&a, &b], 1);
         assert_eq!(dst, [44, 101]);
+    }
+
+    #[test]
+    fn sums_with_copies_equal_a_sum_then_copies_for_every_type_and_size() {
+        let float = |i: usize| ((i * 2654435761) % 10007) as f64 * 1.0e-3 + 1.0e4 * (i % 3) as f64;
+        // Below and above the streaming size, split over threads or not, 1 to 5 sources.
+        for (dtype, n) in [(DType::Float32, 1000), (DType::Float32, 1_500_007), (DType::Float64, 300_001), (DType::Float16, 5000), (DType::Int32, 2_000_003)] {
+            for k in [1, 2, 4, 5] {
+                let bufs: Vec<Buffer> = (0..k)
+                    .map(|s| {
+                        let mut b = Buffer::zeroed(n * dtype.size()).unwrap();
+                        let vals: Vec<f64> = (0..n).map(|i| float(i * 31 + s * 7919) * if dtype == DType::Float16 { 1e-3 } else { 1.0 }).collect();
+                        crate::base::cast(DType::Float64, bytemuck::cast_slice(&vals), dtype, b.bytes_mut());
+                        b
+                    })
+                    .collect();
+                let srcs: Vec<&[u8]> = bufs.iter().map(|b| b.bytes()).collect();
+                for order in [SumOrder::CpuComm, SumOrder::Serial] {
+                    let mut want = Buffer::zeroed(n * dtype.size()).unwrap();
+                    sum_into(dtype, order, want.bytes_mut(), &srcs, 2);
+                    let mut dst = Buffer::zeroed(n * dtype.size()).unwrap();
+                    let (mut a, mut b) = (Buffer::zeroed(n * dtype.size()).unwrap(), Buffer::zeroed(n * dtype.size()).unwrap());
+                    sum_into_with_copies(dtype, order, dst.bytes_mut(), &mut [a.bytes_mut(), b.bytes_mut()], &srcs, 2);
+                    for got in [&dst, &a, &b] {
+                        assert!(got.bytes() == want.bytes(), "{} n={n} k={k} {order:?}", dtype.name());
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! split over threads. A batch never mixes backends.
 
 use crate::backend::{BackendKind, CompressedSumJob, CopyJob, SumJob, SumOrder};
+use crate::engine::Ticket;
 use crate::ndarray::NDArray;
 use std::sync::Arc;
 
@@ -31,14 +32,19 @@ fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize, kind: impl Fn(&J) -> Ba
     out
 }
 
-/// Hands the sums of `values` to the backends and returns at once.
-pub(crate) fn sums(order: SumOrder, values: Vec<NDArray>, jobs: Vec<SumJob>, priority: i32) {
+/// Hands the sums of `values` to the backends and returns at once, with the ticket of each
+/// job's op (in job order) where its backend gives one.
+pub(crate) fn sums(order: SumOrder, values: Vec<NDArray>, jobs: Vec<SumJob>, priority: i32) -> Vec<Option<Ticket>> {
     // Shared with the ops, not cloned: cloning views touches refcounts the workers use too.
     let values = Arc::new(values);
     let sized = |j: &SumJob| j.dst.data_byte_len() * (j.values.len() + 1);
+    let mut tickets = Vec::with_capacity(jobs.len());
     for (kind, bytes, batch) in batches(jobs, sized, |j| BackendKind::of(j.dst.ctx())) {
-        kind.backend().sum(order, &values, batch, bytes, priority);
+        let n = batch.len();
+        let ticket = kind.backend().sum(order, &values, batch, bytes, priority);
+        tickets.extend(std::iter::repeat_n(ticket, n));
     }
+    tickets
 }
 
 /// Hands compressed sums to the backends and returns at once.

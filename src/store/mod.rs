@@ -10,6 +10,7 @@ mod devices;
 pub mod dist;
 pub mod env;
 mod entries;
+mod fusion;
 mod keys;
 mod nccl;
 mod plan;
@@ -28,6 +29,7 @@ use crate::profiler::{self, Arg, Class};
 use parking_lot::{Mutex, RwLock};
 use plan::PushPlan;
 use std::ffi::CString;
+use std::sync::Arc;
 
 /// Where stores keep values, as MXNet's do (`Comm::pinned_ctx_`).
 pub const STORE_CONTEXT: Context = Context::cpu_pinned(0);
@@ -39,11 +41,13 @@ pub(crate) struct Entry {
     merge: Option<NDArray>,
     /// Gradient-compression residuals, one per position in the key's pushed values.
     residuals: Vec<NDArray>,
+    /// The sum of the key's last push, while a pull may still join it.
+    joinable: Option<fusion::Joinable>,
 }
 
 impl Entry {
     fn new(stored: NDArray) -> Entry {
-        Entry { stored, merge: None, residuals: Vec::new() }
+        Entry { stored, merge: None, residuals: Vec::new(), joinable: None }
     }
 
 }
@@ -256,10 +260,14 @@ impl KVStore {
             nccl::check_pull(state.nccl.as_ref(), &copies, &Self::shown(&state.keys))?;
         }
         state.keys.fix_type(&keys);
-        if let Some(servers) = servers {
-            for (id, copy) in copies.ids.iter().zip(&copies.copies) {
-                servers.fetch(*id, &copy.src, priority);
+        let mut copies = copies;
+        match servers {
+            Some(servers) => {
+                for (id, copy) in copies.ids.iter().zip(&copies.copies) {
+                    servers.fetch(*id, &copy.src, priority);
+                }
             }
+            None => fusion::join(&state.entries, &mut copies),
         }
         batch::copies(copies.outs, copies.copies, priority);
         Ok(())
@@ -319,6 +327,8 @@ impl KVStore {
             let calls = self.schedule_push(&mut state, plan, priority, devices)?;
             state.keys.fix_type(&vkeys);
             state.keys.fix_type(&okeys);
+            let mut copies = copies;
+            fusion::join(&state.entries, &mut copies);
             (calls, copies)
         };
         self.call_updaters(calls);
@@ -601,6 +611,7 @@ impl KVStore {
             state.nccl = devices;
         }
         let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::new());
+        let mut tails = Vec::new();
         for (g, p) in groups.into_iter().zip(prepared) {
             let Some(entry) = state.entries.get_mut(&g.id) else { continue };
             let Prepared { dst, replaced, takes_merge, is_merge, new_residuals, moved } = p;
@@ -614,6 +625,7 @@ impl KVStore {
             if takes_merge {
                 entry.merge = None;
             }
+            entry.joinable = None;
             let merge = is_merge.then(|| dst.clone());
             entry.residuals.extend(new_residuals);
             // Only an updater needs the sum's destination after the job (refcounts are shared
@@ -625,7 +637,14 @@ impl KVStore {
                     let residuals = entry.residuals[..n].to_vec();
                     compressed.push(CompressedSumJob { values: values[g.values.clone()].to_vec(), residuals, dst, compression: gc });
                 }
-                None if !(with_updater && n == 1) => sums.push(SumJob { values: g.values, dst }),
+                None if !(with_updater && n == 1) => {
+                    // A pull reads a sum into the stored value only.
+                    let tail = (!with_updater).then(|| fusion::tail_for(&values[g.values.clone()], &dst)).flatten();
+                    if let Some(tail) = &tail {
+                        tails.push((sums.len(), g.id, Arc::clone(tail)));
+                    }
+                    sums.push(SumJob { values: g.values, dst, tail });
+                }
                 None => {}
             }
             if let Some(recv) = recv {
@@ -633,7 +652,12 @@ impl KVStore {
                 calls.push(UpdaterCall { id: g.id, key, recv, local: entry.stored.clone(), updaters: updaters.clone(), merge });
             }
         }
-        batch::sums(self.sum_order(), values, sums, priority);
+        let tickets = batch::sums(self.sum_order(), values, sums, priority);
+        for (job, id, tail) in tails {
+            if let (Some(Some(ticket)), Some(entry)) = (tickets.get(job), state.entries.get_mut(&id)) {
+                entry.joinable = Some(fusion::Joinable::new(ticket.clone(), tail));
+            }
+        }
         batch::compressed_sums(compressed, priority);
         Ok(calls)
     }

@@ -119,6 +119,90 @@ fn push_pull_in_place_reads_every_input_before_writing() {
     }
 }
 
+/// Holds `array`'s next readers until the returned gate is passed twice (by the test).
+fn held(array: &NDArray) -> Arc<std::sync::Barrier> {
+    let gate = Arc::new(std::sync::Barrier::new(2));
+    let g = Arc::clone(&gate);
+    crate::engine::engine().push(&[], &[array.var()], 0, move |_| {
+        g.wait();
+        Ok(())
+    });
+    gate
+}
+
+fn handed(kv: &KVStore, key: i32) -> usize {
+    kv.state.lock().entries.get(&key).and_then(|e| e.joinable.as_ref()).map_or(0, |j| j.handed())
+}
+
+#[test]
+fn a_pull_behind_its_push_is_written_by_the_sum_with_the_same_values() {
+    let n = 1 << 19; // 2 MiB of float32: big enough to join.
+    for (store, push_pull) in [("local", false), ("device", false), ("local", true)] {
+        let kv = KVStore::new(store).unwrap();
+        kv.init(Keys::Int(&[4]), &[filled(1.0, n, 0)]).unwrap();
+        let vals: Vec<NDArray> = (0..4).map(|d| filled(0.25 * (d + 1) as f32, n, d)).collect();
+        let outs: Vec<NDArray> = (0..4).map(|d| filled(-1.0, n, d)).collect();
+        // The sum cannot start before the pull is scheduled.
+        let gate = held(&vals[3]);
+        if push_pull {
+            kv.push_pull(Keys::Int(&[4; 4]), vals.clone(), Keys::Int(&[4; 4]), outs.clone(), 0).unwrap();
+        } else {
+            kv.push(Keys::Int(&[4; 4]), vals.clone(), 0).unwrap();
+            kv.pull(Keys::Int(&[4; 4]), outs.clone(), 0, true).unwrap();
+        }
+        assert_eq!(handed(&kv, 4), 4, "{store}: the outputs joined the sum");
+        gate.wait();
+        for o in &outs {
+            assert_eq!(read(o), vec![2.5; n], "{store}");
+        }
+        assert_eq!(pull_one(&kv, 4, n), vec![2.5; n], "{store}: the stored value");
+        // Once the sum has run, a pull copies.
+        let late = filled(0.0, n, 1);
+        kv.pull(Keys::Int(&[4]), &[late.clone()], 0, true).unwrap();
+        assert_eq!(read(&late), vec![2.5; n]);
+    }
+}
+
+#[test]
+fn a_pull_into_busy_or_unlike_outputs_does_not_join_and_keeps_call_order() {
+    let n = 1 << 19;
+    let kv = KVStore::new("local").unwrap();
+    kv.init(Keys::Int(&[1]), &[filled(1.0, n, 0)]).unwrap();
+    let vals: Vec<NDArray> = (0..2).map(|d| filled(1.0, n, d)).collect();
+    // In place: the outputs are the sum's own inputs.
+    let gate = held(&vals[0]);
+    kv.push_pull(Keys::Int(&[1, 1]), vals.clone(), Keys::Int(&[1, 1]), vals.clone(), 0).unwrap();
+    assert_eq!(handed(&kv, 1), 0);
+    gate.wait();
+    assert_eq!((read(&vals[0]), read(&vals[1])), (vec![2.0; n], vec![2.0; n]));
+    // An output another pending op reads: the pull waits for that read, as a copy would.
+    let (busy, other) = (filled(-1.0, n, 0), filled(-1.0, n, 1));
+    let seen = Arc::new(Mutex::new(0f32));
+    let gate = held(&vals[1]);
+    let (b, s) = (busy.clone(), Arc::clone(&seen));
+    crate::engine::engine().push(&[busy.var()], &[], 0, move |_| {
+        *s.lock() = read_now(&b);
+        Ok(())
+    });
+    kv.push(Keys::Int(&[1, 1]), vals.clone(), 0).unwrap();
+    // Two outputs of one array, and a float64 output: copies too.
+    let wide = NDArray::zeros(&[n], Context::cpu(0), DType::Float64).unwrap();
+    kv.pull(Keys::Int(&[1, 1, 1, 1]), &[busy.clone(), other.clone(), other.clone(), wide.clone()], 0, true).unwrap();
+    assert_eq!(handed(&kv, 1), 0);
+    gate.wait();
+    assert_eq!(read(&busy), vec![4.0; n]);
+    assert_eq!(read(&other), vec![4.0; n]);
+    assert_eq!(*seen.lock(), -1.0, "the earlier reader saw the output before the pull");
+    let mut w = vec![0f64; n];
+    wide.copy_to_host(bytemuck::cast_slice_mut(&mut w)).unwrap();
+    assert!(w.iter().all(|&x| x == 4.0));
+}
+
+/// The first element of `a`, read inside an op that holds its read dependency.
+fn read_now(a: &NDArray) -> f32 {
+    a.read_bytes(|b| bytemuck::cast_slice::<u8, f32>(&b[..4])[0])
+}
+
 #[test]
 fn broadcast_initialises_then_pulls_and_refuses_existing_keys() {
     let kv = KVStore::new("local").unwrap();

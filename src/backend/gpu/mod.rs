@@ -76,10 +76,12 @@ impl Gpu {
             for v in &values[job.values.clone()] {
                 host_values.push(staging.read(v)?);
             }
-            jobs.push(SumJob { values: start..host_values.len(), dst: staging.write(&job.dst, false)? });
+            jobs.push(SumJob { values: start..host_values.len(), dst: staging.write(&job.dst, false)?, tail: None });
         }
         let host_values = Arc::new(host_values);
-        staging.run(priority, || self.host.sum(order, &host_values, jobs, bytes, priority));
+        staging.run(priority, || {
+            self.host.sum(order, &host_values, jobs, bytes, priority);
+        });
         Ok(())
     }
 
@@ -111,7 +113,7 @@ impl Backend for Gpu {
         "gpu"
     }
 
-    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) {
+    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) -> Option<crate::engine::Ticket> {
         let (native, batch): (Vec<SumJob>, Vec<SumJob>) = batch.into_iter().partition(|j| sum::is_native(values, j));
         if !native.is_empty() {
             sum::push_sums(order, values, native, priority);
@@ -121,12 +123,13 @@ impl Backend for Gpu {
             rsp::push_sums(values, native, priority);
         }
         if batch.is_empty() {
-            return;
+            return None;
         }
         let dsts: Vec<NDArray> = batch.iter().map(|j| j.dst.clone()).collect();
         if let Err(e) = self.staged_sum(order, values, batch, bytes, priority) {
             fail(&dsts.iter().collect::<Vec<_>>(), e, priority);
         }
+        None
     }
 
     fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {

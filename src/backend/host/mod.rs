@@ -11,12 +11,12 @@ mod failpoint;
 use super::{Backend, ByteKernels, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::base::buffer::{typed, typed_mut, Buffer};
 use crate::base::DType;
-use crate::engine::{engine, OpEnv, Var};
+use crate::engine::{engine, OpEnv, Ticket, Var};
 use crate::error::Result;
 use crate::profiler::{self, Arg};
 use crate::ndarray::{NDArray, StorageType};
 use crate::reduce::sparse;
-use crate::reduce::{copy_cast_many, copy_cast_many_unfenced, fence_copies, sum_into};
+use crate::reduce::{copy_cast_many, copy_cast_many_unfenced, fence_copies, sum_into, sum_into_with_copies};
 use std::sync::Arc;
 
 pub(crate) use bytes::HOST_BYTES;
@@ -46,9 +46,9 @@ fn submit(
     writes: &[&Var],
     priority: i32,
     work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
-) {
+) -> Ticket {
     let work = profiler::traced(name, || op_args(keys, bytes, shown), work);
-    engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work);
+    engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work)
 }
 
 fn op_args(keys: usize, bytes: usize, shown: &NDArray) -> profiler::Args {
@@ -60,14 +60,14 @@ impl Backend for Host {
         "host"
     }
 
-    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) {
+    fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) -> Option<Ticket> {
         // Shared with the op, not cloned: cloning views touches refcounts the workers use too.
         let batch = Arc::new(batch);
         let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
         reads.extend(batch.iter().flat_map(|j| values[j.values.clone()].iter().map(|v| v.var())));
         let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
         let (values_for_op, batch_for_op) = (Arc::clone(values), Arc::clone(&batch));
-        submit("sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, move |env| run_sum_batch(order, &values_for_op, &batch_for_op, env));
+        Some(submit("sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, move |env| run_sum_batch(order, &values_for_op, &batch_for_op, env)))
     }
 
     fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
@@ -76,7 +76,7 @@ impl Backend for Host {
         let writes: Vec<&Var> =
             batch.iter().flat_map(|j| j.residuals.iter().map(|r| r.var()).chain(std::iter::once(j.dst.var()))).collect();
         let batch_for_op = Arc::clone(&batch);
-        submit("compressed_sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, move |_| batch_for_op.iter().try_for_each(run_compressed_sum));
+        let _ = submit("compressed_sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, move |_| batch_for_op.iter().try_for_each(run_compressed_sum));
     }
 
     fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, bytes: usize, priority: i32) {
@@ -85,7 +85,7 @@ impl Backend for Host {
         let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
         writes.extend(batch.iter().flat_map(|j| outs[j.dsts.clone()].iter().map(|d| d.var())));
         let (outs_for_op, batch_for_op) = (Arc::clone(outs), Arc::clone(&batch));
-        submit("copy", batch.len(), outs.get(batch[0].dsts.start).unwrap_or(&batch[0].src), bytes, &reads, &writes, priority, move |env| run_copy_batch(&outs_for_op, &batch_for_op, env));
+        let _ = submit("copy", batch.len(), outs.get(batch[0].dsts.start).unwrap_or(&batch[0].src), bytes, &reads, &writes, priority, move |env| run_copy_batch(&outs_for_op, &batch_for_op, env));
     }
 
     fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32) {
@@ -120,24 +120,37 @@ impl RowSparsePull {
 
 /// Runs a batch of sums, the usual batch (dense, sums into distinct memory) under locks all
 /// taken first: lock operations wait for pending stores, and locking around each small sum
-/// would stall on every key in turn (see [`run_copy_batch`]).
+/// would stall on every key in turn (see [`run_copy_batch`]). The outputs pulls handed to a
+/// job ([`super::PullTail`]) are written in the sum's pass.
 fn run_sum_batch(order: SumOrder, values: &[NDArray], batch: &[SumJob], env: &OpEnv) -> Result<()> {
     for job in batch {
         failpoint::check_sum(job.dst.size())?;
     }
+    let tails: Vec<Vec<NDArray>> = batch.iter().map(|j| j.tail.as_ref().map_or_else(Vec::new, |t| t.take())).collect();
     let reads: Vec<&NDArray> = batch.iter().flat_map(|j| &values[j.values.clone()]).collect();
-    let writes: Vec<&NDArray> = batch.iter().map(|j| &j.dst).collect();
+    let writes: Vec<&NDArray> = batch.iter().map(|j| &j.dst).chain(tails.iter().flatten()).collect();
     if !lockable_together(env.disjoint(), &reads, &writes) {
-        return batch.iter().try_for_each(|job| run_sum(order, &values[job.values.clone()], &job.dst, env.threads()));
+        return batch.iter().zip(&tails).try_for_each(|(job, tail)| {
+            run_sum(order, &values[job.values.clone()], &job.dst, env.threads())?;
+            if tail.is_empty() { Ok(()) } else { run_copies(&job.dst, tail, env.threads()) }
+        });
     }
     let views = read_views(&reads);
     let mut guards = write_views(&writes);
+    let (dst_guards, mut tail_guards) = guards.split_at_mut(batch.len());
     let mut views = views.iter();
     let mut srcs: Vec<&[u8]> = Vec::new();
-    for (job, guard) in batch.iter().zip(guards.iter_mut()) {
+    for ((job, guard), tail) in batch.iter().zip(dst_guards.iter_mut()).zip(&tails) {
         srcs.clear();
         srcs.extend(views.by_ref().take(job.values.len()).map(|v| v.bytes()));
-        sum_into(job.dst.dtype(), order, guard.bytes_mut(), &srcs, env.threads());
+        if tail.is_empty() {
+            sum_into(job.dst.dtype(), order, guard.bytes_mut(), &srcs, env.threads());
+            continue;
+        }
+        let (outs, rest) = std::mem::take(&mut tail_guards).split_at_mut(tail.len());
+        tail_guards = rest;
+        let mut outs: Vec<&mut [u8]> = outs.iter_mut().map(|g| g.bytes_mut()).collect();
+        sum_into_with_copies(job.dst.dtype(), order, guard.bytes_mut(), &mut outs, &srcs, env.threads());
     }
     Ok(())
 }
