@@ -87,6 +87,74 @@ static void half_rounding(void) {
         }
 }
 
+/* ---- big float sums pulled right behind their push ----------------------------------------
+ * A pull queued behind its push (or a push-pull) of a key of at least 1 MiB is written by the
+ * sum itself in libkvstore: the outputs must hold the same bits as MXNet's copies of the
+ * stored value. Nearby magnitudes make the association show; the length ends mid-vector. */
+
+static NDArrayHandle make_wide(int dt, int dev, uint32_t n) {
+  NDArrayHandle h;
+  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, dev, 0, dt, &h));
+  size_t size = dt == DT_F64 ? 8 : 4;
+  unsigned char *buf = malloc(size * (size_t)n);
+  for (uint32_t i = 0; i < n; i++) {
+    rng = rng * 1664525u + 1013904223u;
+    double v = (double)(rng >> 8) * 1e-4 - 800.0 + (double)((rng >> 3) % 3) * 1e5;
+    if (dt == DT_F64) memcpy(buf + 8 * (size_t)i, &v, 8);
+    else { float f = (float)v; memcpy(buf + 4 * (size_t)i, &f, 4); }
+  }
+  CHECK(MXNDArraySyncCopyFromCPU(h, buf, n));
+  free(buf);
+  return h;
+}
+
+static void print_hash(const char *label, NDArrayHandle h, int dt, uint32_t n) {
+  size_t size = dt == DT_F64 ? 8 : 4;
+  unsigned char *buf = malloc(size * (size_t)n);
+  CHECK(MXNDArraySyncCopyToCPU(h, buf, n));
+  uint64_t hash = 1469598103934665603ull;
+  for (size_t i = 0; i < size * (size_t)n; i++) hash = (hash ^ buf[i]) * 1099511628211ull;
+  printf("%s: fnv %016llx\n", label, (unsigned long long)hash);
+  free(buf);
+}
+
+static void big_sums_pulled_behind(void) {
+  const char *types[] = {"local", "device"};
+  const int dts[] = {DT_F32, DT_F64};
+  const int counts[] = {1, 2, 4, 5};
+  const uint32_t n = 270001;
+  for (int t = 0; t < 2; t++)
+    for (int d = 0; d < 2; d++)
+      for (int c = 0; c < 4; c++) {
+        KVStoreHandle kv;
+        CHECK(MXKVStoreCreate(types[t], &kv));
+        int keys[5] = {8, 8, 8, 8, 8};
+        NDArrayHandle init = make_wide(dts[d], 0, n), vals[5], outs[2];
+        CHECK(MXKVStoreInit(kv, 1, keys, &init));
+        for (int i = 0; i < counts[c]; i++) vals[i] = make_wide(dts[d], i % 4, n);
+        for (int o = 0; o < 2; o++) outs[o] = make_wide(dts[d], o + 1, n);
+        char label[96];
+        CHECK(MXKVStorePush(kv, (uint32_t)counts[c], keys, vals, 0));
+        CHECK(MXKVStorePull(kv, 2, keys, outs, 0));
+        for (int o = 0; o < 2; o++) {
+          snprintf(label, sizeof label, "%s %s push %d then pull, output %d", types[t], dts[d] == DT_F64 ? "float64" : "float32", counts[c], o);
+          print_hash(label, outs[o], dts[d], n);
+        }
+        CHECK(MXKVStorePushPull(kv, (uint32_t)counts[c], keys, 2, keys, vals, outs, 0));
+        for (int o = 0; o < 2; o++) {
+          snprintf(label, sizeof label, "%s %s pushpull %d, output %d", types[t], dts[d] == DT_F64 ? "float64" : "float32", counts[c], o);
+          print_hash(label, outs[o], dts[d], n);
+        }
+        CHECK(MXKVStorePull(kv, 1, keys, &init, 0));
+        snprintf(label, sizeof label, "%s %s stored after %d", types[t], dts[d] == DT_F64 ? "float64" : "float32", counts[c]);
+        print_hash(label, init, dts[d], n);
+        for (int i = 0; i < counts[c]; i++) CHECK(MXNDArrayFree(vals[i]));
+        for (int o = 0; o < 2; o++) CHECK(MXNDArrayFree(outs[o]));
+        CHECK(MXNDArrayFree(init));
+        CHECK(MXKVStoreFree(kv));
+      }
+}
+
 int main(void) {
   const char *types[] = {"local", "device"};
   const double init_v[N] = {1, 2, 3, 4}, push_v[N] = {1, 0, 5, 7}, bool_v[N] = {1, 0, 1, 0};
@@ -127,6 +195,7 @@ int main(void) {
     }
   }
   half_rounding();
+  big_sums_pulled_behind();
   printf("done\n");
   return 0;
 }
