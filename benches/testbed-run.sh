@@ -10,9 +10,17 @@
 # utilisation sampled every second by `scripts/testbed monitor` (mean and peak Mbit/s while
 # the job moved data; the bytes each direction carried). Root only (network namespaces).
 #
-# With --workers W (default 2) the bed has 2 + W hosts, workers on kvtb3 .. kvtb(2+W).
+# With --workers W (default 2) and --servers S (default 2) the bed has S + W hosts, servers
+# on kvtb1 .. kvtbS and workers on the next W. With --colocated it has W hosts, each with a
+# server and a worker (S = W), as MXNet's launch.py places them (server i and worker i on
+# host i; ps-lite's scheduler on kvtb1; libkvstore through a hostfile of 2 slots a host).
+# --2bit: 2-bit gradient compression (threshold 0.5) on both libraries (distbench --2bit:
+# MXKVStoreSetGradientCompression, which MXNet's set_gradient_compression calls).
+# --mxnet-placement: a second libkvstore leg with KVSTORE_DIST_BALANCE=0 (small keys on
+# (key * 9973) % S, as MXNet), in the same run.
 #
-#   benches/testbed-run.sh [--iters N (default 10)] [--rate 1gbit] [--workers W] [--no-build] [--keep DIR]
+#   benches/testbed-run.sh [--iters N (default 10)] [--rate 1gbit] [--workers W] [--servers S]
+#                          [--colocated] [--2bit] [--mxnet-placement] [--no-build] [--keep DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -22,10 +30,18 @@ rate=1gbit
 build=1
 keep=
 nworkers=2
+nservers=2
+colocated=0
+twobit=
+mxnet_placement=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --iters) iters=${2:?}; shift 2 ;;
         --workers) nworkers=${2:?}; shift 2 ;;
+        --servers) nservers=${2:?}; shift 2 ;;
+        --colocated) colocated=1; shift ;;
+        --2bit) twobit=--2bit; shift ;;
+        --mxnet-placement) mxnet_placement=1; shift ;;
         --rate) rate=${2:?}; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep) keep=${2:?}; shift 2 ;;
@@ -64,9 +80,27 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 [[ $nworkers =~ ^[1-9][0-9]?$ ]] || { echo "testbed-run: --workers needs 1..99" >&2; exit 2; }
-"$TB" up $((2 + nworkers)) --rate "$rate"
-WORKER_HOSTS=$(for i in $(seq 3 $((2 + nworkers))); do echo -n "kvtb$i "; done)
-HOSTS="kvtb1 kvtb2 $WORKER_HOSTS"
+[[ $nservers =~ ^[1-9][0-9]?$ ]] || { echo "testbed-run: --servers needs 1..99" >&2; exit 2; }
+if [[ $colocated == 1 ]]; then
+    nservers=$nworkers
+    nhosts=$nworkers
+    SERVER_HOSTS=$(for i in $(seq 1 "$nhosts"); do echo -n "kvtb$i "; done)
+    WORKER_HOSTS=$SERVER_HOSTS
+else
+    nhosts=$((nservers + nworkers))
+    SERVER_HOSTS=$(for i in $(seq 1 "$nservers"); do echo -n "kvtb$i "; done)
+    WORKER_HOSTS=$(for i in $(seq $((nservers + 1)) "$nhosts"); do echo -n "kvtb$i "; done)
+fi
+"$TB" up "$nhosts" --rate "$rate"
+HOSTS=$(for i in $(seq 1 "$nhosts"); do echo -n "kvtb$i "; done)
+if [[ $colocated == 1 ]]; then
+    # mpirun --map-by node deals the servers' context over the hosts, then the workers' from
+    # the first host again: server i and worker i on kvtb(i+1).
+    hostfile="$out/hostfile"
+    for h in $HOSTS; do echo "$h slots=2"; done >"$hostfile"
+else
+    hostfile=$("$TB" hostfile)
+fi
 # A leg's bound: ResNet-50 at 100 Mbit/s takes about 20 s an iteration.
 limit_s=$((60 + (iters + 3) * 30))
 
@@ -87,18 +121,18 @@ pslite_leg() {
     local try status
     for try in 1 2; do
         leg_start reference
-        local env=(env DMLC_PS_ROOT_URI=198.18.0.1 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_WORKER=$nworkers DMLC_NUM_SERVER=2
+        local env=(env DMLC_PS_ROOT_URI=198.18.0.1 DMLC_PS_ROOT_PORT=9091 DMLC_NUM_WORKER=$nworkers DMLC_NUM_SERVER=$nservers
             DMLC_INTERFACE=eth0 OMP_NUM_THREADS=1)
         local exe="$ROOT/target/bench/distbench_mx" pids=() workers=()
         timeout -k 5 "$limit_s" "$TB" exec kvtb1 "${env[@]}" DMLC_ROLE=scheduler "$exe" >"$out/ps.scheduler" 2>&1 &
         pids+=($!)
         sleep 0.5
-        for h in kvtb1 kvtb2; do
+        for h in $SERVER_HOSTS; do
             timeout -k 5 "$limit_s" "$TB" exec $h "${env[@]}" DMLC_ROLE=server "$exe" >"$out/ps.server.$h" 2>&1 &
             pids+=($!)
         done
         for h in $WORKER_HOSTS; do
-            timeout -k 5 "$limit_s" "$TB" exec $h "${env[@]}" DMLC_ROLE=worker "$exe" --iters "$iters" >"$out/ps.worker.$h" 2>&1 &
+            timeout -k 5 "$limit_s" "$TB" exec $h "${env[@]}" DMLC_ROLE=worker "$exe" --iters "$iters" $twobit >"$out/ps.worker.$h" 2>&1 &
             workers+=($!)
         done
         status=0
@@ -114,16 +148,18 @@ pslite_leg() {
     return 1
 }
 
+# LEG [kvstore-launch options]: the libkvstore leg named LEG.
 kv_leg() {
-    local status=0
-    leg_start libkvstore
-    timeout -k 5 "$limit_s" "$TB" run "$ROOT/scripts/kvstore-launch" -n "$nworkers" -s 2 -H "$("$TB" hostfile)" --launcher ssh \
-        --timeout $((limit_s - 10)) "$ROOT/target/bench/distbench_kv" --iters "$iters" \
-        >"$out/libkvstore.txt" 2>"$out/libkvstore.err" || status=$?
-    leg_end libkvstore
+    local leg=$1 status=0
+    shift
+    leg_start "$leg"
+    timeout -k 5 "$limit_s" "$TB" run "$ROOT/scripts/kvstore-launch" -n "$nworkers" -s "$nservers" -H "$hostfile" --launcher ssh \
+        --timeout $((limit_s - 10)) "$@" "$ROOT/target/bench/distbench_kv" --iters "$iters" $twobit \
+        >"$out/$leg.txt" 2>"$out/$leg.err" || status=$?
+    leg_end "$leg"
     if [[ $status != 0 ]]; then
-        echo "testbed-run: libkvstore leg failed (status $status):" >&2
-        tail -n 20 "$out/libkvstore.err" >&2
+        echo "testbed-run: $leg leg failed (status $status):" >&2
+        tail -n 20 "$out/$leg.err" >&2
         return 1
     fi
 }
@@ -157,28 +193,46 @@ utilisation() {
 }
 
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== reference libmxnet.so: ps-lite, servers on kvtb1 kvtb2, workers on $WORKER_HOSTS, links $rate"
+layout="$nworkers workers + $nservers servers"
+[[ $colocated == 0 ]] || layout="$layout, a worker and a server on each of $nhosts hosts"
+[[ -z $twobit ]] || layout="$layout, 2-bit compression"
+echo "== $layout; links $rate"
+echo "== reference libmxnet.so: ps-lite, servers on $SERVER_HOSTS, workers on $WORKER_HOSTS"
 pslite_leg
 sed 's/^/[ps-lite] /' "$out/reference.txt"
 echo "== libkvstore.so: MPI (scripts/kvstore-launch --launcher ssh), the same placement"
-kv_leg
+kv_leg libkvstore
 sed 's/^/[libkvstore] /' "$out/libkvstore.txt"
+legs="reference libkvstore"
+if [[ $mxnet_placement == 1 ]]; then
+    echo "== libkvstore.so with KVSTORE_DIST_BALANCE=0 (small keys placed as MXNet)"
+    kv_leg mxnet-placement --env KVSTORE_DIST_BALANCE=0
+    sed 's/^/[libkvstore, MXNet placement] /' "$out/mxnet-placement.txt"
+    legs="$legs mxnet-placement"
+fi
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 ref=$(median_of "$out/reference.txt")
 ours=$(median_of "$out/libkvstore.txt")
-# Payload per step over the busiest link direction: a worker sends its push and receives its
-# pull; a server receives W/S pushes' parts and sends as many pulls' (2 workers, 2 servers: the
-# same). A 1 Gbit/s link carries 119.6 MB/s of TCP payload (network.md); scaled for other rates.
+# Payload per step over the busiest link direction, keys spread evenly over the servers (P:
+# the push or pull payload of one worker). Apart: a worker's link carries P; a server's, W/S
+# workers' parts of P. Colocated on N hosts: a host sends its worker's parts for the N - 1
+# other servers and its server's answers to the N - 1 other workers ((push + pull) (N-1)/N
+# each way; the parts for its own server stay on the host). A 1 Gbit/s link carries 119.6 MB/s
+# of TCP payload (network.md); scaled for other rates.
 read -r push pull < <(sed -n 's/.*per step: push \([0-9.]*\) MB + pull \([0-9.]*\) MB.*/\1 \2/p' "$out/libkvstore.txt" | head -n 1)
 goodput=$(awk -v r="$rate" 'BEGIN { v = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u)
     m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1; printf "%.1f", 119.6 * v * m / 1e9 }')
-# A server's link carries W/S workers' parts each way (2 servers; keys spread evenly assumed).
-busiest=$(awk -v a="$push" -v b="$pull" -v w="$nworkers" 'BEGIN {m = (a > b) ? a : b; f = w / 2; printf "%.1f", (f > 1) ? m * f : m}')
+busiest=$(awk -v a="$push" -v b="$pull" -v w="$nworkers" -v s="$nservers" -v c="$colocated" 'BEGIN {
+    m = (a > b) ? a : b; f = w / s
+    if (c) printf "%.1f", (a + b) * (w - 1) / w; else printf "%.1f", (f > 1) ? m * f : m }')
 limit=$(awk -v m="$busiest" -v g="$goodput" 'BEGIN {printf "%.3f", m / g}')
 echo "s/iter (mean of the $nworkers workers' medians over $iters iterations): ps-lite $ref, libkvstore $ours"
 echo "ratio libkvstore / ps-lite: $(awk -v a="$ours" -v b="$ref" 'BEGIN {printf "%.3f", a / b}')"
 echo "full-duplex link limit: $busiest MB per step over the busiest link direction / $goodput MB/s = $limit s/iter (ps-lite at $(awk -v a="$ref" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x it, libkvstore at $(awk -v a="$ours" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x)"
+if [[ $mxnet_placement == 1 ]]; then
+    mx=$(median_of "$out/mxnet-placement.txt")
+    echo "libkvstore with MXNet's placement: $mx s/iter ($(awk -v a="$mx" -v b="$ref" 'BEGIN {printf "%.3f", a / b}') of ps-lite, $(awk -v a="$mx" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x the limit; balanced / MXNet's: $(awk -v a="$ours" -v b="$mx" 'BEGIN {printf "%.3f", a / b}'))"
+fi
 echo "link use per host (whole leg, warm-up and init included):"
-utilisation reference
-utilisation libkvstore
+for leg in $legs; do utilisation "$leg"; done

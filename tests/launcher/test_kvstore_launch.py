@@ -128,6 +128,15 @@ class LocalLauncher(unittest.TestCase):
         _, ctx = contexts(build(["-n", "1", "./a.out"], environ={}))
         self.assertNotIn("MXNET_LIBRARY_PATH", exports(ctx[0]))
 
+    def test_placement_settings_reach_every_rank_when_set(self):
+        env = {"KVSTORE_DIST_BALANCE": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": "1000"}
+        _, ctx = contexts(build(["-n", "2", "-s", "2", "./a.out"], environ=env))
+        for c in ctx:
+            self.assertIn("KVSTORE_DIST_BALANCE", exports(c), "workers must place keys alike")
+            self.assertIn("MXNET_KVSTORE_BIGARRAY_BOUND", exports(c))
+        _, ctx = contexts(build(["-n", "1", "./a.out"], environ={}))
+        self.assertNotIn("KVSTORE_DIST_BALANCE", exports(ctx[0]))
+
     def test_role_envs_only_in_their_context(self):
         _, (server, worker) = contexts(build(
             ["-n", "1", "-s", "1", "--env-server", "S:1", "--env-worker", "W=2", "./a.out"]))

@@ -4,12 +4,16 @@
 //! round counts as zero (Horovod's join), its pushes are refused, and worker barriers no
 //! longer wait for it. Server 0 also coordinates the worker barriers here: a `Barrier` is
 //! released when every worker that has not joined is waiting; the exit barrier when every
-//! worker has joined and arrived.
+//! worker has joined and arrived. A worker barrier also checks that its workers placed their
+//! keys alike: each brings the fingerprint of its placement ([`super::shard::Balance`]).
 
 use crate::error::Result;
 
 /// A request waiting at a barrier: (world rank, request id).
 pub type Waiter = (usize, u64);
+
+/// A request a barrier releases, with the refusal to answer it with, if any.
+pub type Released = (Waiter, Option<String>);
 
 /// Membership and barrier state of one server.
 pub struct Members {
@@ -18,6 +22,8 @@ pub struct Members {
     joined: Vec<bool>,
     /// Workers waiting at a `Barrier`.
     waiting: Vec<Waiter>,
+    /// The placement fingerprint each of `waiting` brought.
+    placed: Vec<u64>,
     /// Workers waiting at the exit barrier.
     exiting: Vec<Waiter>,
 }
@@ -26,7 +32,7 @@ impl Members {
     /// The job's workers, by worker rank (their world ranks).
     pub fn new(workers: Vec<usize>) -> Members {
         let n = workers.len();
-        Members { workers, joined: vec![false; n], waiting: Vec::new(), exiting: Vec::new() }
+        Members { workers, joined: vec![false; n], waiting: Vec::new(), placed: Vec::new(), exiting: Vec::new() }
     }
 
     /// The world ranks of the workers, by worker rank.
@@ -57,15 +63,17 @@ impl Members {
 
     /// Records that world rank `source` has joined; returns the barrier waiters this
     /// releases.
-    pub fn join(&mut self, source: usize) -> Result<Vec<Waiter>> {
+    pub fn join(&mut self, source: usize) -> Result<Vec<Released>> {
         let rank = self.worker_rank(source, &|| "a join".to_string())?;
         self.joined[rank] = true;
         Ok(self.release())
     }
 
-    /// A worker reaches a barrier (`exit`: the exit barrier, for which it must have joined);
-    /// returns the waiters released, possibly none yet.
-    pub fn barrier(&mut self, source: usize, req: u64, exit: bool) -> Result<Vec<Waiter>> {
+    /// A worker reaches a barrier (`exit`: the exit barrier, for which it must have joined;
+    /// `placed`: its placement fingerprint); returns the waiters released, possibly none yet.
+    /// A worker barrier whose workers bring different fingerprints releases every one of
+    /// them with a refusal: their key placements differ.
+    pub fn barrier(&mut self, source: usize, req: u64, exit: bool, placed: u64) -> Result<Vec<Released>> {
         if exit {
             let rank = self.worker_rank(source, &|| "the exit barrier".to_string())?;
             crate::ensure!(self.joined[rank], "worker {rank} reached the exit barrier before joining");
@@ -73,6 +81,7 @@ impl Members {
         } else {
             self.active_worker(source, &|| "a barrier".to_string())?;
             self.waiting.push((source, req));
+            self.placed.push(placed);
         }
         Ok(self.release())
     }
@@ -92,16 +101,45 @@ impl Members {
         out
     }
 
-    fn release(&mut self) -> Vec<Waiter> {
+    fn release(&mut self) -> Vec<Released> {
         let active = self.joined.iter().filter(|&&j| !j).count();
         let mut out = Vec::new();
         if !self.waiting.is_empty() && self.waiting.len() >= active {
-            out.append(&mut self.waiting);
+            let refused = self.disagreement();
+            self.placed.clear();
+            out.extend(self.waiting.drain(..).map(|w| (w, refused.clone())));
         }
         if self.exiting.len() == self.workers.len() {
-            out.append(&mut self.exiting);
+            out.extend(self.exiting.drain(..).map(|w| (w, None)));
         }
         out
+    }
+
+    /// Why the workers at the barrier cannot go on, if they placed their keys differently.
+    fn disagreement(&self) -> Option<String> {
+        if self.placed.iter().all(|&p| p == self.placed[0]) {
+            return None;
+        }
+        let mut groups: Vec<(u64, Vec<usize>)> = Vec::new();
+        for (&(source, _), &placed) in self.waiting.iter().zip(&self.placed) {
+            let rank = self.workers.iter().position(|&w| w == source).unwrap_or(usize::MAX);
+            match groups.iter_mut().find(|(p, _)| *p == placed) {
+                Some((_, ranks)) => ranks.push(rank),
+                None => groups.push((placed, vec![rank])),
+            }
+        }
+        let shown: Vec<String> = groups
+            .iter_mut()
+            .map(|(placed, ranks)| {
+                ranks.sort_unstable();
+                let ranks: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+                format!("worker {}: {placed:016x}", ranks.join(", "))
+            })
+            .collect();
+        Some(format!(
+            "the workers reached this barrier with different keys initialised (key placement fingerprints {}): every worker must init the same keys, with the same shapes and types, in the same init calls, before the same barriers, and with the same KVSTORE_DIST_BALANCE; otherwise pushes would go to servers that do not hold their keys",
+            shown.join("; ")
+        ))
     }
 }
 
@@ -109,33 +147,67 @@ impl Members {
 mod tests {
     use super::*;
 
+    /// The waiters released, all without a refusal.
+    fn ok(released: Result<Vec<Released>>) -> Vec<Waiter> {
+        released
+            .unwrap()
+            .into_iter()
+            .map(|(w, refused)| {
+                assert_eq!(refused, None);
+                w
+            })
+            .collect()
+    }
+
     #[test]
     fn barriers_wait_for_the_workers_that_have_not_joined() {
         // Workers are world ranks 2, 3, 4.
         let mut m = Members::new(vec![2, 3, 4]);
         assert!(m.missing().is_empty(), "no barrier in progress: no one is waited for");
-        assert!(m.barrier(2, 10, false).unwrap().is_empty());
-        assert!(m.barrier(3, 11, false).unwrap().is_empty());
+        assert!(ok(m.barrier(2, 10, false, 7)).is_empty());
+        assert!(ok(m.barrier(3, 11, false, 7)).is_empty());
         // Worker 2 (world 4) finishes instead of reaching the barrier: the others go on.
-        assert_eq!(m.join(4).unwrap(), vec![(2, 10), (3, 11)]);
-        assert!(m.barrier(4, 12, true).unwrap().is_empty());
-        assert!(m.barrier(4, 13, false).is_err(), "a joined worker's barrier is refused");
+        assert_eq!(ok(m.join(4)), vec![(2, 10), (3, 11)]);
+        assert!(ok(m.barrier(4, 12, true, 7)).is_empty());
+        assert!(m.barrier(4, 13, false, 7).is_err(), "a joined worker's barrier is refused");
         assert!(m.active_worker(4, &|| "a push".into()).is_err());
         assert_eq!(m.active_worker(3, &|| "a push".into()).unwrap(), 1);
         // Only the exit barrier, which world rank 4 reached, is in progress.
         assert_eq!(m.missing(), vec![(2, true), (3, true)]);
-        assert!(m.barrier(2, 14, false).unwrap().is_empty());
+        assert!(ok(m.barrier(2, 14, false, 7)).is_empty());
         // Worker 2 (world 4) has joined: only world rank 3 is waited for, and world rank 4
         // at the exit barrier it reached.
         assert_eq!(m.missing(), vec![(3, false), (2, true), (3, true)]);
-        assert_eq!(m.barrier(3, 15, false).unwrap(), vec![(2, 14), (3, 15)]);
+        assert_eq!(ok(m.barrier(3, 15, false, 7)), vec![(2, 14), (3, 15)]);
         // The exit barrier completes with the last worker's arrival.
         assert_eq!(m.missing(), vec![(2, true), (3, true)], "no worker barrier in progress");
-        assert!(m.barrier(2, 16, true).is_err(), "exit before join is refused");
+        assert!(m.barrier(2, 16, true, 7).is_err(), "exit before join is refused");
         m.join(2).unwrap();
         m.join(3).unwrap();
-        assert!(m.barrier(2, 16, true).unwrap().is_empty());
-        assert_eq!(m.barrier(3, 17, true).unwrap(), vec![(4, 12), (2, 16), (3, 17)]);
+        assert!(ok(m.barrier(2, 16, true, 7)).is_empty());
+        assert_eq!(ok(m.barrier(3, 17, true, 7)), vec![(4, 12), (2, 16), (3, 17)]);
         assert!(m.join(0).is_err(), "world rank 0 is not a worker");
+    }
+
+    #[test]
+    fn a_barrier_of_workers_that_placed_keys_differently_refuses_them_all() {
+        let mut m = Members::new(vec![2, 3, 4]);
+        assert!(ok(m.barrier(2, 10, false, 0xaa)).is_empty());
+        assert!(ok(m.barrier(4, 11, false, 0xbb)).is_empty());
+        let released = m.barrier(3, 12, false, 0xaa).unwrap();
+        assert_eq!(released.iter().map(|(w, _)| *w).collect::<Vec<_>>(), vec![(2, 10), (4, 11), (3, 12)]);
+        for (_, refused) in &released {
+            let e = refused.as_deref().expect("every waiter is refused");
+            assert!(e.contains("worker 0, 1: 00000000000000aa; worker 2: 00000000000000bb"), "{e}");
+            assert!(e.contains("every worker must init the same keys"), "{e}");
+        }
+        // The next barrier starts afresh: agreeing workers pass.
+        assert!(ok(m.barrier(2, 13, false, 0xcc)).is_empty());
+        assert!(ok(m.barrier(3, 14, false, 0xcc)).is_empty());
+        assert_eq!(ok(m.barrier(4, 15, false, 0xcc)), vec![(2, 13), (3, 14), (4, 15)]);
+        // A joined worker's fingerprint is not waited for; the exit barrier checks none.
+        m.join(4).unwrap();
+        assert!(ok(m.barrier(2, 16, false, 0xdd)).is_empty());
+        assert_eq!(ok(m.barrier(3, 17, false, 0xdd)), vec![(2, 16), (3, 17)]);
     }
 }

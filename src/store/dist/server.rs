@@ -9,7 +9,7 @@
 use super::byte_kernels;
 use super::command::{decode_compression, Command};
 use super::liveness::{Owe, What};
-use super::members::{Members, Waiter};
+use super::members::{Members, Released};
 use super::round::{advance, sum_order, Folds, Request, Round, SumOrder};
 use super::role::Role;
 use super::transport::Node;
@@ -293,7 +293,7 @@ impl ServerCore {
                 }
             }
             Msg::Join { req } => self.join(source, req),
-            Msg::Barrier { req, exit } => self.barrier(source, req, exit),
+            Msg::Barrier { req, exit, placed } => self.barrier(source, req, exit, placed),
             Msg::Reply { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
         }
     }
@@ -663,17 +663,20 @@ impl ServerCore {
     }
 
     /// A worker barrier (server 0 coordinates them).
-    fn barrier(&self, source: usize, req: u64, exit: bool) {
-        let released = self.state.lock().members.barrier(source, req, exit);
+    fn barrier(&self, source: usize, req: u64, exit: bool, placed: u64) {
+        let released = self.state.lock().members.barrier(source, req, exit, placed);
         match released {
             Ok(waiters) => self.release(waiters),
             Err(e) => self.reply(source, req, Err(e.message().to_string())),
         }
     }
 
-    fn release(&self, waiters: Vec<Waiter>) {
-        for (dest, req) in waiters {
-            self.reply(dest, req, Ok(&[]));
+    fn release(&self, waiters: Vec<Released>) {
+        for ((dest, req), refused) in waiters {
+            match refused {
+                Some(e) => self.reply(dest, req, Err(e)),
+                None => self.reply(dest, req, Ok(&[])),
+            }
         }
     }
 }

@@ -1,5 +1,7 @@
-//! How keys are spread over servers, exactly as MXNet 1.9's workers do it
-//! (`kvstore_dist.h`, `EncodeDefaultKey` and `EncodeCompressedKey`).
+//! How keys are spread over servers: big keys exactly as MXNet 1.9's workers split them
+//! (`kvstore_dist.h`, `EncodeDefaultKey`, `EncodeCompressedKey` and `EncodeRowSparseKey`);
+//! small dense keys on the least-loaded server ([`Balance`]) instead of MXNet's
+//! `(key * 9973) % S`.
 
 /// One server's part of a key: elements `offset..offset + len` of the flattened value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +98,121 @@ pub fn row_parts(key: i32, rows: usize, row_len: usize, servers: usize, bound: u
         .collect()
 }
 
+/// How one key of an init call weighs on the servers, for [`Balance::place`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Load {
+    /// A key split as MXNet splits it: its bytes on each server, by server rank.
+    Split(Vec<u64>),
+    /// A small dense or compressed key of this many bytes, to place on one server.
+    Small(u64),
+    /// A key placed by MXNet's rule and not counted (row_sparse: what crosses the links is
+    /// the rows pushed and pulled, not its size); the value is its size, for the fingerprint.
+    Uncounted(u64),
+}
+
+/// Where small keys go: each on the server holding the fewest bytes so far, counting the
+/// parts of big keys, which stay exactly where MXNet puts them (server-side updaters see
+/// the same parts). MXNet's `(key * 9973) % S` ignores sizes: ResNet-50's small keys put
+/// 53.3 MB of 102.2 MB on one of 2 servers, whose link then carries 4 % more than an even
+/// share. A small key is whole on one server, so its values do not depend on which.
+///
+/// Every worker must place every key on the same server, and the servers receive the keys
+/// from worker 0: the placement is a function of the keys of the init calls alone (within
+/// a call, in an order that does not depend on the order they were given in), and the
+/// [`fingerprint`](Balance::fingerprint) of all placements so far travels with each worker
+/// barrier, where server 0 refuses workers that disagree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    loads: Vec<u64>,
+    fingerprint: u64,
+    /// MXNet's placement for small keys too (`KVSTORE_DIST_BALANCE=0`).
+    mxnet: bool,
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+impl Balance {
+    /// No keys yet, on `servers` servers; `mxnet`: small keys on `(key * 9973) % S` as MXNet.
+    pub fn new(servers: usize, mxnet: bool) -> Balance {
+        Balance { loads: vec![0; servers.max(1)], fingerprint: FNV_OFFSET, mxnet }
+    }
+
+    /// `KVSTORE_DIST_BALANCE=0` keeps MXNet's placement of small keys; anything else (or
+    /// unset) balances them.
+    pub fn from_env(servers: usize) -> Balance {
+        let mxnet = std::env::var("KVSTORE_DIST_BALANCE").is_ok_and(|v| v.trim() == "0");
+        Balance::new(servers, mxnet)
+    }
+
+    /// Bytes held per server, by server rank.
+    pub fn loads(&self) -> &[u64] {
+        &self.loads
+    }
+
+    /// A digest of every key placed so far, with its size and servers; never 0 (a barrier
+    /// that carries 0 checks nothing).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint.max(1)
+    }
+
+    fn mix(&mut self, word: u64) {
+        for b in word.to_le_bytes() {
+            self.fingerprint = (self.fingerprint ^ b as u64).wrapping_mul(FNV_PRIME);
+        }
+    }
+
+    /// Places the keys of one init call: returns, in the call's order, the server of each
+    /// [`Load::Small`] key (`None` for the others). Big keys' parts are counted first, then
+    /// small keys go largest first (ties: smaller key first) each to the least-loaded server
+    /// (ties: the lowest rank), so the result does not depend on the order of the call.
+    pub fn place(&mut self, keys: &[(i32, Load)]) -> Vec<Option<usize>> {
+        let servers = self.loads.len();
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_by_key(|&i| {
+            let big = !matches!(keys[i].1, Load::Small(_));
+            let size = match &keys[i].1 {
+                Load::Split(parts) => parts.iter().sum(),
+                Load::Small(b) | Load::Uncounted(b) => *b,
+            };
+            (!big, std::cmp::Reverse(size), keys[i].0)
+        });
+        let mut out = vec![None; keys.len()];
+        for i in order {
+            let (key, load) = &keys[i];
+            self.mix(*key as u32 as u64);
+            match load {
+                Load::Split(parts) => {
+                    self.mix(1);
+                    for (s, b) in parts.iter().enumerate() {
+                        if let Some(l) = self.loads.get_mut(s) {
+                            *l += b;
+                        }
+                        self.mix(*b);
+                    }
+                }
+                Load::Small(b) => {
+                    let server = if self.mxnet {
+                        small_key_server(*key, servers)
+                    } else {
+                        (0..servers).min_by_key(|&s| (self.loads[s], s)).unwrap_or(0)
+                    };
+                    self.loads[server] += b;
+                    self.mix(2);
+                    self.mix(*b);
+                    self.mix(server as u64);
+                    out[i] = Some(server);
+                }
+                Load::Uncounted(b) => {
+                    self.mix(3);
+                    self.mix(*b);
+                }
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +293,141 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// ResNet-50's 161 gradient sizes (elements), in model order (benches/distbench.c).
+    fn resnet50() -> Vec<usize> {
+        let mut v = vec![64 * 3 * 7 * 7, 64, 64];
+        let mut inp = 64;
+        for (s, blocks) in [3, 4, 6, 3].into_iter().enumerate() {
+            let (mid, out) = (64 << s, (64 << s) * 4);
+            for b in 0..blocks {
+                v.extend([mid * inp, mid, mid, mid * mid * 9, mid, mid, out * mid, out, out]);
+                if b == 0 {
+                    v.extend([out * inp, out, out]);
+                }
+                inp = out;
+            }
+        }
+        v.extend([1000 * 2048, 1000]);
+        v
+    }
+
+    /// The loads of ResNet-50 (float32) on `servers` servers, all keys in one init call, or
+    /// one call per key (as Gluon's trainer inits).
+    fn resnet_loads(servers: usize, mxnet: bool, one_call: bool) -> (Balance, Vec<Vec<Part>>) {
+        let bound = 1_000_000;
+        let sizes = resnet50();
+        let mut b = Balance::new(servers, mxnet);
+        let mut parts: Vec<Vec<Part>> = sizes.iter().enumerate().map(|(k, &n)| dense_parts(k as i32, n, servers, bound)).collect();
+        let loads: Vec<(i32, Load)> = sizes
+            .iter()
+            .zip(&parts)
+            .enumerate()
+            .map(|(k, (&n, p))| {
+                let load = if n < bound {
+                    Load::Small(4 * n as u64)
+                } else {
+                    let mut per = vec![0; servers];
+                    p.iter().for_each(|p| per[p.server] += 4 * p.len as u64);
+                    Load::Split(per)
+                };
+                (k as i32, load)
+            })
+            .collect();
+        let placed: Vec<Option<usize>> = if one_call { b.place(&loads) } else { loads.iter().flat_map(|l| b.place(std::slice::from_ref(l))).collect() };
+        for (p, s) in parts.iter_mut().zip(placed) {
+            if let Some(s) = s {
+                p[0].server = s;
+            }
+        }
+        (b, parts)
+    }
+
+    #[test]
+    fn small_keys_even_out_the_servers_bytes() {
+        let total: u64 = resnet50().iter().map(|&n| 4 * n as u64).sum();
+        assert_eq!(total, 102_228_128);
+        // MXNet's rule: 53.3 MB on server 1 of 2 (4 % over an even share).
+        let (mx, mx_parts) = resnet_loads(2, true, true);
+        assert_eq!(mx.loads().iter().sum::<u64>(), total);
+        assert!(mx.loads()[1] > 53_000_000, "{:?}", mx.loads());
+        for (k, p) in mx_parts.iter().enumerate() {
+            assert_eq!(p, &dense_parts(k as i32, resnet50()[k], 2, 1_000_000), "MXNet's placement kept with KVSTORE_DIST_BALANCE=0");
+        }
+        for servers in [2, 3, 4] {
+            for one_call in [true, false] {
+                let (b, parts) = resnet_loads(servers, false, one_call);
+                let loads = b.loads();
+                assert_eq!(loads.iter().sum::<u64>(), total);
+                let (max, min) = (*loads.iter().max().unwrap(), *loads.iter().min().unwrap());
+                // The largest small key is 2.36 MB (512*512*9 floats); largest first in one
+                // call evens out to within a small key's few KB, key by key to within one key.
+                let slack = if one_call { 50_000 } else { 2_400_000 };
+                assert!(max - min <= slack, "{servers} servers, one call {one_call}: {loads:?}");
+                // Big keys keep MXNet's split exactly.
+                for (k, p) in parts.iter().enumerate() {
+                    let n = resnet50()[k];
+                    if n >= 1_000_000 {
+                        assert_eq!(p, &dense_parts(k as i32, n, servers, 1_000_000));
+                    } else {
+                        assert_eq!((p.len(), p[0].offset, p[0].len), (1, 0, n));
+                    }
+                }
+            }
+        }
+        let (b, _) = resnet_loads(2, false, true);
+        assert!(b.loads()[0].max(b.loads()[1]) < 51_150_000, "{:?}", b.loads());
+    }
+
+    #[test]
+    fn placement_is_a_function_of_the_keys_not_of_their_order_in_a_call() {
+        let keys: Vec<(i32, Load)> = vec![
+            (7, Load::Small(400)),
+            (3, Load::Split(vec![1000, 1000, 1004])),
+            (9, Load::Small(400)),
+            (1, Load::Small(2000)),
+            (4, Load::Uncounted(64)),
+            (2, Load::Small(100)),
+        ];
+        let mut a = Balance::new(3, false);
+        let placed = a.place(&keys);
+        // Split first (1000, 1000, 1004); then 2000 (key 1) on server 0, 400 (key 7, the
+        // smaller key of the tie) on 1, 400 (key 9) on 2, 100 (key 2) on 1.
+        assert_eq!(placed, vec![Some(1), None, Some(2), Some(0), None, Some(1)]);
+        assert_eq!(a.loads(), &[3000, 1500, 1404]);
+        let mut reversed: Vec<(i32, Load)> = keys.iter().rev().cloned().collect();
+        let mut b = Balance::new(3, false);
+        let mut placed_b = b.place(&reversed);
+        placed_b.reverse();
+        assert_eq!(placed_b, placed);
+        assert_eq!(b, a, "same loads and fingerprint whatever the order");
+        // A later call continues from the loads so far; both sides stay equal.
+        assert_eq!(a.place(&[(11, Load::Small(10))]), vec![Some(2)]);
+        assert_eq!(b.place(&[(11, Load::Small(10))]), vec![Some(2)]);
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        // Another key set, size, or split gives another fingerprint.
+        let fp = |keys: &[(i32, Load)]| {
+            let mut b = Balance::new(3, false);
+            b.place(keys);
+            b.fingerprint()
+        };
+        let base = fp(&keys);
+        reversed[0] = (2, Load::Small(104));
+        assert_ne!(fp(&reversed), base);
+        assert_ne!(fp(&keys[1..]), base);
+        let mut other = keys.clone();
+        other[4] = (4, Load::Uncounted(65));
+        assert_ne!(fp(&other), base);
+        // The same keys in two calls are not the same placement as in one.
+        let mut two = Balance::new(3, false);
+        two.place(&keys[..3]);
+        two.place(&keys[3..]);
+        assert_ne!(two.fingerprint(), base);
+        // MXNet's rule, and the fingerprint tells the two apart.
+        let mut mx = Balance::new(3, true);
+        let placed = mx.place(&keys);
+        assert_eq!(placed, vec![Some(small_key_server(7, 3)), None, Some(small_key_server(9, 3)), Some(small_key_server(1, 3)), None, Some(small_key_server(2, 3))]);
+        assert_ne!(mx.fingerprint(), base);
     }
 }

@@ -40,7 +40,9 @@ pub enum Msg<'a> {
     Join { req: u64 },
     /// Worker to server 0: a worker barrier (`exit`: the exit barrier, after `Join`); the
     /// reply comes when the barrier is released.
-    Barrier { req: u64, exit: bool },
+    /// `placed`: the worker's key-placement fingerprint, which every worker at a barrier
+    /// must share (0: unchecked).
+    Barrier { req: u64, exit: bool, placed: u64 },
 }
 
 const PUSH: u8 = 1;
@@ -147,10 +149,11 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             m.extend_from_slice(&req.to_le_bytes());
             m
         }
-        Msg::Barrier { req, exit } => {
+        Msg::Barrier { req, exit, placed } => {
             let mut m = vec![BARRIER];
             m.extend_from_slice(&req.to_le_bytes());
             m.push(*exit as u8);
+            m.extend_from_slice(&placed.to_le_bytes());
             m
         }
     }
@@ -223,7 +226,7 @@ pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
             Msg::RspPull { req, key, ids: r.ids()? }
         }
         JOIN => Msg::Join { req: r.u64()? },
-        BARRIER => Msg::Barrier { req: r.u64()?, exit: r.u8()? != 0 },
+        BARRIER => Msg::Barrier { req: r.u64()?, exit: r.u8()? != 0, placed: r.u64()? },
         other => crate::bail!("unknown message kind {other}"),
     })
 }
@@ -247,8 +250,8 @@ mod tests {
             Msg::RspPull { req: 6, key: 9, ids: vec![] },
             Msg::RspPull { req: 7, key: 9, ids: vec![1, 3, 4] },
             Msg::Join { req: 8 },
-            Msg::Barrier { req: 9, exit: false },
-            Msg::Barrier { req: 10, exit: true },
+            Msg::Barrier { req: 9, exit: false, placed: 0x1234_5678_9abc_def0 },
+            Msg::Barrier { req: 10, exit: true, placed: 0 },
         ];
         for m in &msgs {
             assert_eq!(&decode(&encode(m)).unwrap(), m);

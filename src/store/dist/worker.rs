@@ -9,7 +9,7 @@ use super::command::{encode_compression, Command};
 use super::liveness::{Owe, What};
 use super::names::DistMode;
 use super::role::Role;
-use super::shard::{self, Part, RowPart};
+use super::shard::{self, Balance, Load, Part, RowPart};
 use super::transport::Node;
 use super::wire::{self, Msg};
 use crate::backend::{GradientCompression, SumOrder};
@@ -165,9 +165,10 @@ impl Asked {
 /// The requests of a worker awaiting answers, by request id.
 type PendingMap = Arc<Mutex<HashMap<u64, Asked>>>;
 
-#[derive(Default)]
 struct State {
     keys: HashMap<i32, KeyParts>,
+    /// Where the keys inited so far are; the same on every worker (checked at barriers).
+    balance: Balance,
     barrier_before_exit: bool,
     /// dist_async: every server has answered that it has an updater.
     servers_update: bool,
@@ -199,6 +200,7 @@ impl Worker {
     pub fn start(node: Arc<Node>, mode: DistMode) -> Result<Worker> {
         let workers = node.ranks_of(Role::Worker);
         let servers = node.ranks_of(Role::Server);
+        let balance = Balance::from_env(servers.len());
         crate::ensure!(!servers.is_empty(), "a distributed store needs at least one server process (DMLC_ROLE=server) in the MPI job");
         let rank = workers.iter().position(|&r| r == node.rank).unwrap_or(0);
         let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
@@ -224,7 +226,12 @@ impl Worker {
             rank,
             servers,
             bound: shard::bigarray_bound(),
-            state: Mutex::new(State { barrier_before_exit: true, ..State::default() }),
+            state: Mutex::new(State {
+                keys: HashMap::new(),
+                balance,
+                barrier_before_exit: true,
+                servers_update: false,
+            }),
             pending,
             next_req: AtomicU64::new(1),
             pushes: Mutex::new(HashMap::new()),
@@ -310,9 +317,11 @@ impl Worker {
 
     /// A worker barrier, coordinated by server 0 (`exit`: the exit barrier, which waits for
     /// every worker; a plain one waits for the workers that have not joined).
-    fn barrier_at_server(&self, exit: bool) -> Result<()> {
+    /// `placed`: the fingerprint of this worker's key placement, which server 0 checks is
+    /// every worker's (0: none, the exit barrier).
+    fn barrier_at_server(&self, exit: bool, placed: u64) -> Result<()> {
         let what = What::Request(if exit { "the exit barrier" } else { "the worker barrier" });
-        let pending = self.ask(&self.servers[..1], what, |req| wire::encode(&Msg::Barrier { req, exit }));
+        let pending = self.ask(&self.servers[..1], what, |req| wire::encode(&Msg::Barrier { req, exit, placed }));
         let errors = pending.errors.lock();
         crate::ensure!(errors.is_empty(), "the worker barrier failed: {}", errors.join("; "));
         Ok(())
@@ -587,7 +596,8 @@ impl Worker {
     /// A barrier over the workers that have not joined (it does not wait for pending
     /// pushes and pulls).
     pub fn barrier(&self) -> Result<()> {
-        self.barrier_at_server(false)
+        let placed = self.state.lock().balance.fingerprint();
+        self.barrier_at_server(false, placed)
     }
 
     /// Whether freeing the store waits at a barrier first (and then stops the servers).
@@ -614,7 +624,7 @@ impl Worker {
         }
         let barrier = self.state.lock().barrier_before_exit;
         if barrier {
-            if let Err(e) = self.barrier_at_server(true) {
+            if let Err(e) = self.barrier_at_server(true, 0) {
                 eprintln!("libkvstore: {e}");
             }
         }
@@ -633,7 +643,8 @@ impl Worker {
 }
 
 impl Worker {
-    /// How key `id` of `value` is spread over the servers.
+    /// How key `id` of `value` is spread over the servers by MXNet's rule (a small key's
+    /// server is then chosen by [`Worker::place`]).
     fn shard(&self, id: i32, value: &NDArray, compression: Option<GradientCompression>) -> KeyParts {
         let residual = Arc::new(Mutex::new(Vec::new()));
         if value.stype() == StorageType::RowSparse {
@@ -684,6 +695,35 @@ impl Worker {
         failed
     }
 
+    /// Places the small keys of one init call after the keys of the earlier calls
+    /// (`balance`, updated), rewriting their parts' servers.
+    fn place(&self, balance: &mut Balance, inits: &[(i32, NDArray, NDArray)], shards: &mut [KeyParts]) {
+        let loads: Vec<(i32, Load)> = inits
+            .iter()
+            .zip(shards.iter())
+            .map(|((id, v, _), k)| {
+                let esz = k.dtype.size() as u64;
+                let load = if k.sparse() {
+                    Load::Uncounted(v.shape().iter().product::<usize>() as u64 * esz)
+                } else if v.size() < self.bound {
+                    Load::Small(v.size() as u64 * esz)
+                } else {
+                    let mut per = vec![0; self.servers.len()];
+                    for p in &k.parts {
+                        per[p.server] += p.len as u64 * esz;
+                    }
+                    Load::Split(per)
+                };
+                (*id, load)
+            })
+            .collect();
+        for (k, server) in shards.iter_mut().zip(balance.place(&loads)) {
+            if let (Some(server), [part]) = (server, k.parts.as_mut_slice()) {
+                part.server = server;
+            }
+        }
+    }
+
     /// A key's parts (the store has checked that it was initialised).
     fn parts_of(&self, id: i32) -> Option<KeyParts> {
         self.state.lock().keys.get(&id).cloned()
@@ -692,13 +732,17 @@ impl Worker {
 
 impl Servers for Worker {
     /// Worker 0 sends the values, as MXNet's `InitImpl`; then a barrier of all workers,
-    /// reached even when worker 0's init failed (the others wait there).
+    /// reached even when worker 0's init failed (the others wait there), where server 0
+    /// checks that every worker placed the keys alike.
     fn init(&self, inits: &[(i32, NDArray, NDArray)], compression: Option<GradientCompression>) -> Result<()> {
-        let shards: Vec<KeyParts> = inits.iter().map(|(id, v, _)| self.shard(*id, v, compression)).collect();
+        let mut shards: Vec<KeyParts> = inits.iter().map(|(id, v, _)| self.shard(*id, v, compression)).collect();
+        let mut balance = self.state.lock().balance.clone();
+        self.place(&mut balance, inits, &mut shards);
         let sent = if self.rank == 0 { self.send_inits(inits, &shards) } else { Ok(()) };
-        let reached = self.barrier_at_server(false);
+        let reached = self.barrier_at_server(false, balance.fingerprint());
         sent.and(reached)?;
         let mut state = self.state.lock();
+        state.balance = balance;
         for ((id, _, _), k) in inits.iter().zip(shards) {
             state.keys.insert(*id, k);
         }

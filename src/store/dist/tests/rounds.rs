@@ -82,9 +82,10 @@ fn big_keys_are_split_over_the_servers_and_each_updates_its_part() {
     let mut calls = log.lock().clone();
     calls.sort();
     let [first, second] = two_server_parts(1001 * 1001);
-    // A small key lives on server (key * 9973) % servers; one updater call per round.
-    let small_server = (3 * 9973) % 2;
-    let mut want = vec![(0, 8, first), (1, 8, second), (small_server, 3, 4), (small_server, 3, 4)];
+    // A small key goes to the server with the fewest bytes: server 1, whose part of the big
+    // key is one element shorter; one updater call per round.
+    assert_eq!(first, second + 1);
+    let mut want = vec![(0, 8, first), (1, 8, second), (1, 3, 4), (1, 3, 4)];
     want.sort();
     assert_eq!(calls, want);
 }
@@ -129,8 +130,8 @@ fn dist_async_refuses_pushes_until_every_server_has_an_updater_then_applies_each
         }),
     );
     let calls = log.lock().clone();
-    let small_server = (5 * 9973) % 2;
-    assert_eq!(calls, vec![(small_server, 5, 5), (small_server, 5, 5)], "one update per push, on the key's server");
+    // The only key goes to the first of the servers holding nothing (MXNet: (5 * 9973) % 2 = 1).
+    assert_eq!(calls, vec![(0, 5, 5), (0, 5, 5)], "one update per push, on the key's server");
 }
 
 #[test]
@@ -150,6 +151,70 @@ fn a_worker_that_leaves_early_counts_as_zero_and_the_others_finish() {
             store.barrier().unwrap();
             store.push(Keys::Int(&[1]), vec![filled(5.0, &shape)], 0).unwrap();
             assert_eq!(pull(store, 1, &shape), vec![5.0; 3], "the round waited for a worker that left, or counted it");
+        }),
+    );
+}
+
+/// (server, key) of each updater call, sorted.
+fn updated(log: &UpdateLog) -> Vec<(i32, i32)> {
+    let mut calls: Vec<(i32, i32)> = log.lock().iter().map(|&(s, k, _)| (s, k)).collect();
+    calls.sort();
+    calls
+}
+
+#[test]
+fn small_keys_go_to_the_least_loaded_server_the_same_on_every_worker() {
+    let log: UpdateLog = Arc::default();
+    let l = Arc::clone(&log);
+    let servers: ServerSetup = Arc::new(move |store| {
+        store.set_updaters(Updaters { int: Some(adding_updater(store.rank(), &l)), string: None });
+        None
+    });
+    run_job(
+        &[Server, Worker, Server, Worker],
+        mode("dist_sync"),
+        servers,
+        Arc::new(move |store| {
+            let mine = (store.rank() + 1) as f32;
+            // Odd keys: MXNet puts all of them on server 1 of 2 ((key * 9973) % 2). Each
+            // worker gives them in another order: the placement does not depend on it.
+            let keys: &[i32] = if store.rank() == 0 { &[1, 3, 5, 7] } else { &[7, 5, 3, 1] };
+            let sizes = |k: i32| [if k == 7 { 8 } else { 4 }];
+            let values: Vec<NDArray> = keys.iter().map(|&k| filled(1.0, &sizes(k))).collect();
+            store.init(Keys::Int(keys), &values).unwrap();
+            // A later call continues from the loads so far.
+            store.init(Keys::Int(&[9]), &[filled(1.0, &[4])]).unwrap();
+            store.barrier().unwrap();
+            let all = [1, 3, 5, 7, 9];
+            let values: Vec<NDArray> = all.iter().map(|&k| filled(mine, if k == 7 { &[8][..] } else { &[4][..] })).collect();
+            store.push(Keys::Int(&all), values, 0).unwrap();
+            for k in all {
+                let shape = if k == 7 { [8] } else { [4] };
+                assert_eq!(pull(store, k, &shape), vec![4.0; shape[0]], "key {k}: 1 + (1 + 2)");
+            }
+        }),
+    );
+    // Largest first, each to the lighter server (ties: the lower rank, then the smaller key):
+    // 7 (32 B) on 0; 1, 3, 5 (16 B each) on 1, 1, 0 → 48 / 32 bytes; then 9 on 1.
+    assert_eq!(updated(&log), vec![(0, 5), (0, 7), (1, 1), (1, 3), (1, 9)]);
+}
+
+#[test]
+fn workers_that_init_different_keys_fail_the_init_instead_of_hanging() {
+    run_job(
+        &[Server, Worker, Server, Worker],
+        mode("dist_sync"),
+        plain_servers(),
+        Arc::new(move |store| {
+            store.init(Keys::Int(&[1]), &[filled(1.0, &[4])]).unwrap();
+            // Worker 1 inits a key of another size: its placement would differ.
+            let n = if store.rank() == 0 { 4 } else { 6 };
+            let m = refusal("an init that differs between workers", store.init(Keys::Int(&[2]), &[filled(1.0, &[n])]));
+            assert!(m.contains("different keys initialised") && m.contains("every worker must init the same keys"), "{m}");
+            assert!(m.contains("worker 0: ") && m.contains("worker 1: "), "{m}");
+            // Both workers refused alike and registered nothing: the job goes on.
+            store.push(Keys::Int(&[1]), vec![filled(1.0, &[4])], 0).unwrap();
+            assert_eq!(pull(store, 1, &[4]), vec![2.0; 4]);
         }),
     );
 }
