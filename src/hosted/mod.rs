@@ -6,7 +6,8 @@
 //! `host` loads the library and checks its version, `routing` fills the slot table,
 //! `engine` runs libkvstore's engine ops in the host's engine, `dlpack` wraps libkvstore's
 //! memory as host arrays, `store` carries the host's arrays into libkvstore's one store
-//! (`lent` lends plain host arrays to it in place, `sparse` crosses row_sparse arrays), `ffi`
+//! (`lent` lends plain host arrays to it in place, `sparse` crosses row_sparse arrays,
+//! `server_views` serves a dist server's updater), `ffi`
 //! its exports.
 
 mod async_op;
@@ -18,6 +19,7 @@ mod host_error;
 mod key;
 mod lent;
 mod routing;
+mod server_views;
 mod sparse;
 mod store;
 

@@ -21,6 +21,7 @@ use super::dlpack::HostArray;
 use super::engine::named;
 use super::host::{describe, Described, Host, DENSE, ROW_SPARSE};
 use super::lent::{handle_of, Lender, Lending, OVER_MEMORY};
+use super::server_views::ServerViews;
 use super::key::{drop_source_for_test, sum_failure_for_test, with_native_keys, Key};
 use super::sparse::{self, dims};
 use crate::engine::engine;
@@ -98,6 +99,8 @@ pub(super) struct HostedStore {
     lender: Lender,
     /// The host arrays updaters get, over the store's sums and stored values.
     views: Arc<Views>,
+    /// The same on a dist server (`server_views`).
+    server_views: Arc<ServerViews>,
 }
 
 /// Host arrays over the store's arrays that updaters get, kept across calls: making one is a
@@ -207,6 +210,7 @@ impl HostedStore {
             staging: Mutex::new(HashMap::new()),
             lender: Lender::default(),
             views: Arc::default(),
+            server_views: Arc::default(),
         })
     }
 
@@ -399,6 +403,7 @@ impl HostedStore {
             return Ok(None);
         }
         let views = Arc::clone(&self.views);
+        let server_views = Arc::clone(&self.server_views);
         let int: Option<IntUpdater> = int.map(|f| {
             let views = Arc::clone(&views);
             let call: IntUpdater = Arc::new(move |key: i32, recv: NDArray, local: NDArray| {
@@ -406,7 +411,9 @@ impl HostedStore {
                 // frees) the two new handles.
                 let update = |r, l| unsafe { f(key, r, l, user as *mut c_void) };
                 if on_server {
-                    if let Err(e) = sparse::update_now(host, &recv, &local, update) {
+                    let dense = recv.stype() == crate::StorageType::Default && local.stype() == crate::StorageType::Default;
+                    let updated = if dense { server_views.update(host, &recv, &local, update) } else { sparse::update_now(host, &recv, &local, update) };
+                    if let Err(e) = updated {
                         // The stored value is unknown now: the job stops with the reason
                         // instead of training on it (MXNet's server dies on the failed wait).
                         crate::store::dist::abort_job(&format!("the hosted server's updater for key {key} failed in the host: {}", e.message()));
@@ -448,6 +455,7 @@ impl Drop for HostedStore {
             s.host.free(host);
         }
         self.views.free_all(host);
+        self.server_views.free_all(host);
         self.lender.clear(host);
     }
 }

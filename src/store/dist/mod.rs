@@ -4,6 +4,7 @@
 //! distributed store, or an in-process loopback for tests; the roles, sharding, messages,
 //! worker and server logic live here.
 
+mod applying;
 pub mod command;
 mod failpoint;
 pub mod liveness;
