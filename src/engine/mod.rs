@@ -382,8 +382,20 @@ impl Engine {
         priority: i32,
         tiny: bool,
         work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
-    ) -> Ticket {
-        self.schedule(reads, writes, priority, tiny, Box::new(move |env, done| done.finish(catch(|| work(env)))))
+    ) {
+        self.schedule(reads, writes, priority, tiny, false, Box::new(move |env, done| done.finish(catch(|| work(env)))));
+    }
+
+    /// [`Engine::push_batch`] that returns the op's ticket, for [`Engine::try_extend`].
+    pub fn push_batch_extensible(
+        &'static self,
+        reads: &[&Var],
+        writes: &[&Var],
+        priority: i32,
+        tiny: bool,
+        work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
+    ) -> Option<Ticket> {
+        self.schedule(reads, writes, priority, tiny, true, Box::new(move |env, done| done.finish(catch(|| work(env)))))
     }
 
     /// Schedules an op whose work may finish later, on another thread or a device: `work`
@@ -391,10 +403,12 @@ impl Engine {
     /// ops waiting for it are released) when `done` is finished. The variables stay claimed
     /// until then; the worker is free as soon as `work` returns.
     pub fn push_async(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv, OpDone) + Send + 'static) {
-        self.schedule(reads, writes, priority, false, Box::new(work));
+        self.schedule(reads, writes, priority, false, false, Box::new(work));
     }
 
-    fn schedule(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, tiny: bool, work: Work) -> Ticket {
+    /// Schedules an op; with `ticketed`, returns its ticket (the op's weak reference costs two
+    /// atomic operations, which latency-bound calls do not pay).
+    fn schedule(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, tiny: bool, ticketed: bool, work: Work) -> Option<Ticket> {
         *self.outstanding.lock() += 1;
         let Registered { completion, deps, disjoint, vars } = self.register(reads, writes);
         let op = Arc::new(Op {
@@ -408,7 +422,7 @@ impl Engine {
             extra_writes: Mutex::new(Vec::new()),
             host_completion: Mutex::new(None),
         });
-        let ticket = Ticket::of(&op);
+        let ticket = ticketed.then(|| Ticket::of(&op));
         if let Some(host) = self.host_scheduler() {
             // The host orders it; its completion still ends the native waits on its variables.
             drop(deps);

@@ -32,19 +32,21 @@ fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize, kind: impl Fn(&J) -> Ba
     out
 }
 
-/// Hands the sums of `values` to the backends and returns at once, with the ticket of each
-/// job's op (in job order) where its backend gives one.
-pub(crate) fn sums(order: SumOrder, values: Vec<NDArray>, jobs: Vec<SumJob>, priority: i32) -> Vec<Option<Ticket>> {
+/// Hands the sums of `values` to the backends and returns at once; with `tickets`, also the
+/// ticket of each job's op (in job order) where its backend gives one, else nothing.
+pub(crate) fn sums(order: SumOrder, values: Vec<NDArray>, jobs: Vec<SumJob>, priority: i32, tickets: bool) -> Vec<Option<Ticket>> {
     // Shared with the ops, not cloned: cloning views touches refcounts the workers use too.
     let values = Arc::new(values);
     let sized = |j: &SumJob| j.dst.data_byte_len() * (j.values.len() + 1);
-    let mut tickets = Vec::with_capacity(jobs.len());
+    let mut given = Vec::new();
     for (kind, bytes, batch) in batches(jobs, sized, |j| BackendKind::of(j.dst.ctx())) {
         let n = batch.len();
         let ticket = kind.backend().sum(order, &values, batch, bytes, priority);
-        tickets.extend(std::iter::repeat_n(ticket, n));
+        if tickets {
+            given.extend(std::iter::repeat_n(ticket, n));
+        }
     }
-    tickets
+    given
 }
 
 /// Hands compressed sums to the backends and returns at once.

@@ -54,7 +54,8 @@ pub(super) fn join(entries: &Entries, plan: &mut PullPlan) {
     let PullPlan { outs, copies, ids } = plan;
     let mut kept = 0;
     for i in 0..copies.len() {
-        let joined = entries.get(&ids[i]).and_then(|e| e.joinable.as_ref()).is_some_and(|j| {
+        let big = copies[i].src.data_byte_len() >= JOIN_MIN_BYTES;
+        let joined = big && entries.get(&ids[i]).and_then(|e| e.joinable.as_ref()).is_some_and(|j| {
             let (src, dsts) = (&copies[i].src, &outs[copies[i].dsts.clone()]);
             fits(src, dsts) && {
                 let vars: Vec<_> = dsts.iter().map(|d| d.var()).collect();

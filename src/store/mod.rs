@@ -652,7 +652,7 @@ impl KVStore {
                 calls.push(UpdaterCall { id: g.id, key, recv, local: entry.stored.clone(), updaters: updaters.clone(), merge });
             }
         }
-        let tickets = batch::sums(self.sum_order(), values, sums, priority);
+        let tickets = batch::sums(self.sum_order(), values, sums, priority, !tails.is_empty());
         for (job, id, tail) in tails {
             if let (Some(Some(ticket)), Some(entry)) = (tickets.get(job), state.entries.get_mut(&id)) {
                 entry.joinable = Some(fusion::Joinable::new(ticket.clone(), tail));

@@ -35,7 +35,7 @@ const TINY_BYTES: usize = 16 << 10;
 
 /// Schedules a batch's op: inline when tiny and ready (see [`TINY_BYTES`]), on a worker
 /// otherwise. `name` and `keys`, with the bytes and the context of `shown`, are what the
-/// profiler shows for the op.
+/// profiler shows for the op. With `extensible`, returns the op's ticket.
 #[allow(clippy::too_many_arguments)]
 fn submit(
     name: &'static str,
@@ -45,10 +45,15 @@ fn submit(
     reads: &[&Var],
     writes: &[&Var],
     priority: i32,
+    extensible: bool,
     work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
-) -> Ticket {
+) -> Option<Ticket> {
     let work = profiler::traced(name, || op_args(keys, bytes, shown), work);
-    engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work)
+    if extensible {
+        return engine().push_batch_extensible(reads, writes, priority, bytes <= TINY_BYTES, work);
+    }
+    engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work);
+    None
 }
 
 fn op_args(keys: usize, bytes: usize, shown: &NDArray) -> profiler::Args {
@@ -67,7 +72,8 @@ impl Backend for Host {
         reads.extend(batch.iter().flat_map(|j| values[j.values.clone()].iter().map(|v| v.var())));
         let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
         let (values_for_op, batch_for_op) = (Arc::clone(values), Arc::clone(&batch));
-        Some(submit("sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, move |env| run_sum_batch(order, &values_for_op, &batch_for_op, env)))
+        let extensible = batch.iter().any(|j| j.tail.is_some());
+        submit("sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, extensible, move |env| run_sum_batch(order, &values_for_op, &batch_for_op, env))
     }
 
     fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
@@ -76,7 +82,7 @@ impl Backend for Host {
         let writes: Vec<&Var> =
             batch.iter().flat_map(|j| j.residuals.iter().map(|r| r.var()).chain(std::iter::once(j.dst.var()))).collect();
         let batch_for_op = Arc::clone(&batch);
-        let _ = submit("compressed_sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, move |_| batch_for_op.iter().try_for_each(run_compressed_sum));
+        submit("compressed_sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, false, move |_| batch_for_op.iter().try_for_each(run_compressed_sum));
     }
 
     fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, bytes: usize, priority: i32) {
@@ -85,7 +91,7 @@ impl Backend for Host {
         let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
         writes.extend(batch.iter().flat_map(|j| outs[j.dsts.clone()].iter().map(|d| d.var())));
         let (outs_for_op, batch_for_op) = (Arc::clone(outs), Arc::clone(&batch));
-        let _ = submit("copy", batch.len(), outs.get(batch[0].dsts.start).unwrap_or(&batch[0].src), bytes, &reads, &writes, priority, move |env| run_copy_batch(&outs_for_op, &batch_for_op, env));
+        submit("copy", batch.len(), outs.get(batch[0].dsts.start).unwrap_or(&batch[0].src), bytes, &reads, &writes, priority, false, move |env| run_copy_batch(&outs_for_op, &batch_for_op, env));
     }
 
     fn row_sparse_pull(&self, pull: RowSparsePull, priority: i32) {
