@@ -44,7 +44,9 @@ fn sum_copies_typed<T: Element>(order: SumOrder, dst: &mut [T], outs: &mut [&mut
     });
 }
 
+/// `dst = Σ srcs` and every one of `outs` `= dst`, with streaming stores when `stream`.
 fn sum_copies_part<T: Element>(order: SumOrder, dst: &mut [T], outs: &mut [&mut [T]], srcs: &[&[T]], stream: bool) {
+    // float32, the type of nearly every big key, has a one-pass kernel for 2-4 sources.
     if stream && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         let srcs32: Vec<&[f32]> = srcs.iter().map(|s| bytemuck::cast_slice::<T, f32>(s)).collect();
         let mut outs32: Vec<&mut [f32]> = outs.iter_mut().map(|o| bytemuck::cast_slice_mut::<T, f32>(o)).collect();
@@ -120,24 +122,7 @@ fn sum_typed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]], threads:
 }
 
 fn sum_streamed<T: Element>(order: SumOrder, dst: &mut [T], srcs: &[&[T]]) {
-    // float32, the type of nearly every big key, has a one-pass kernel for 2-4 sources.
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
-        let srcs32: Vec<&[f32]> = srcs.iter().map(|s| bytemuck::cast_slice::<T, f32>(s)).collect();
-        if super::stream::stream_sum_f32(order, bytemuck::cast_slice_mut::<T, f32>(dst), &srcs32) {
-            return;
-        }
-    }
-    const BLOCK: usize = 4096;
-    let mut block = vec![T::default(); BLOCK.min(dst.len())];
-    let mut parts: Vec<&[T]> = Vec::with_capacity(srcs.len());
-    for (k, out) in dst.chunks_mut(BLOCK).enumerate() {
-        let (start, len) = (k * BLOCK, out.len());
-        parts.clear();
-        parts.extend(srcs.iter().map(|s| &s[start..start + len]));
-        sum_serial(order, &mut block[..len], &parts);
-        super::stream::stream_copy_unfenced(bytemuck::cast_slice_mut(out), bytemuck::cast_slice(&block[..len]));
-    }
-    super::stream::store_fence();
+    sum_copies_part(order, dst, &mut [], srcs, true);
 }
 
 /// `dst = Σ srcs` in one pass per group of sources, with the widest vectors the CPU has.
