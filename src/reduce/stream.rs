@@ -97,15 +97,10 @@ unsafe fn stream_64_avx2(dst: &mut [u8], src: &[u8]) {
 
 /// `dst = Σ srcs` for 2 to 4 float32 sources in `order`'s association, written with streaming
 /// stores straight from registers: the big sums of the float32 keys that dominate training,
-/// which otherwise sum into a cached block and copy it out, a second pass over memory. Returns false, doing
-/// nothing, for other source counts. Bit-identical to `sum_serial`: same association.
-pub(crate) fn stream_sum_f32(order: super::SumOrder, dst: &mut [f32], srcs: &[&[f32]]) -> bool {
-    stream_sum_f32_to(order, dst, &mut [], srcs)
-}
-
-/// [`stream_sum_f32`] that also streams each sum to every one of `outs` (each as long as
-/// `dst` and aligned as it is, else false and nothing done): a pull's outputs written in the
-/// sum's own pass.
+/// which otherwise sum into a cached block and copy it out, a second pass over memory. Each
+/// sum is also streamed to every one of `outs` (each as long as `dst` and aligned as it is): a
+/// pull's outputs written in the sum's own pass. Returns false, doing nothing, for other source
+/// counts or outputs. Bit-identical to `sum_serial`: same association.
 pub(crate) fn stream_sum_f32_to(order: super::SumOrder, dst: &mut [f32], outs: &mut [&mut [f32]], srcs: &[&[f32]]) -> bool {
     let n = dst.len();
     if !(2..=4).contains(&srcs.len()) || srcs.iter().any(|s| s.len() < n) || outs.iter().any(|o| o.len() != n) {
@@ -249,7 +244,7 @@ unsafe fn stream_sum_lanes<V: F32Vector>(order: super::SumOrder, dst: &mut [f32]
     store_fence();
 }
 
-/// The SSE body of [`stream_sum_f32`] (see [`stream_sum_lanes`]).
+/// The SSE body of [`stream_sum_f32_to`] (see [`stream_sum_lanes`]).
 #[cfg(target_arch = "x86_64")]
 fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], outs: &mut [&mut [f32]], srcs: &[&[f32]], offset: usize) {
     // SAFETY: SSE is part of x86_64; the caller aligned `dst` and `outs` to 16 bytes in whole
@@ -257,7 +252,7 @@ fn stream_sum_body(order: super::SumOrder, dst: &mut [f32], outs: &mut [&mut [f3
     unsafe { stream_sum_lanes::<std::arch::x86_64::__m128>(order, dst, outs, srcs, offset) }
 }
 
-/// The AVX2 body of [`stream_sum_f32`], for a 32-byte aligned `dst` of whole 8-float steps.
+/// The AVX2 body of [`stream_sum_f32_to`], for a 32-byte aligned `dst` of whole 8-float steps.
 /// Same association, so the same bits.
 ///
 /// # Safety
@@ -326,13 +321,13 @@ mod tests {
                     let mut buf = vec![0f32; 1040];
                     let dst = &mut buf[offset..1037];
                     crate::reduce::sum_into(crate::base::DType::Float32, order, bytemuck::cast_slice_mut(&mut want), &bytes, 1);
-                    assert!(stream_sum_f32(order, dst, &views));
+                    assert!(stream_sum_f32_to(order, dst, &mut [], &views));
                     assert!(dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{order:?} k={k} offset={offset}");
                 }
             }
         }
         let mut dst = [0f32; 4];
-        assert!(!stream_sum_f32(SumOrder::Serial, &mut dst, &[&[1.0; 4]]));
+        assert!(!stream_sum_f32_to(SumOrder::Serial, &mut dst, &mut [], &[&[1.0; 4]]));
     }
 
     #[test]
@@ -344,7 +339,7 @@ mod tests {
         for offset in 0..9 {
             let n = 1037 - offset;
             let mut want = vec![0f32; n];
-            assert!(stream_sum_f32(SumOrder::CpuComm, &mut want, &views));
+            assert!(stream_sum_f32_to(SumOrder::CpuComm, &mut want, &mut [], &views));
             // Buffers start on a cache line, so views at one offset are aligned alike.
             let filled_n = |v: f32, len: usize| {
                 let mut b = crate::base::buffer::Buffer::zeroed(len * 4).unwrap();
