@@ -88,7 +88,7 @@ mod tests {
         held_op(e, &blocker, &gate, &log);
         // Waits for the held op, so it cannot start while the test extends it.
         let l = Arc::clone(&log);
-        let ticket = e.push_batch_extensible(&[&blocker], &[&var], 0, false, move |_| {
+        let ticket = e.push_batch(&[&blocker], &[&var], 0, false, true, move |_| {
             l.lock().push("extended");
             Ok(())
         })
@@ -117,7 +117,7 @@ mod tests {
         let (blocker, var, out) = (Var::new(), Var::new(), Var::new());
         let (gate, log): (_, Log) = (Arc::new(Barrier::new(2)), Arc::default());
         held_op(e, &blocker, &gate, &log);
-        let ticket = e.push_batch_extensible(&[&blocker], &[&var], 0, false, |_| Err(crate::Error::new("extended op failed"))).unwrap();
+        let ticket = e.push_batch(&[&blocker], &[&var], 0, false, true, |_| Err(crate::Error::new("extended op failed"))).unwrap();
         assert!(e.try_extend(&ticket, &[&out], || ()));
         gate.wait();
         let err = e.wait_to_read(&out).unwrap_err();
@@ -131,7 +131,7 @@ mod tests {
             std::thread::yield_now();
         }
         held_op(e, &blocker, &gate, &log);
-        let ticket = e.push_batch_extensible(&[&blocker], &[&other], 0, false, |_| Ok(())).unwrap();
+        let ticket = e.push_batch(&[&blocker], &[&other], 0, false, true, |_| Ok(())).unwrap();
         assert!(!e.try_extend(&ticket, &[&poisoned], || panic!("attached to a poisoned variable")));
         gate.wait();
         e.wait_to_write(&other).unwrap();

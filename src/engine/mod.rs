@@ -366,7 +366,7 @@ impl Engine {
     /// ready ops, higher `priority` runs first. An error (or a panic) of `work` is kept on
     /// `writes` and reported at the next wait on them (see [`poison`]).
     pub fn push(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static) {
-        self.push_batch(reads, writes, priority, false, work);
+        self.push_batch(reads, writes, priority, false, false, work);
     }
 
     /// [`Engine::push`] for an op over many arrays.
@@ -374,28 +374,18 @@ impl Engine {
     /// With `tiny` (work of a few microseconds), an op with nothing pending on its variables
     /// runs at once on the calling thread, which costs less than waking a worker (tens of
     /// microseconds on a VM). Nothing observable changes: the op was ready, and ready ops on
-    /// distinct variables run in no guaranteed order.
+    /// distinct variables run in no guaranteed order. With `extensible`, returns the op's
+    /// ticket, for [`Engine::try_extend`].
     pub fn push_batch(
         &'static self,
         reads: &[&Var],
         writes: &[&Var],
         priority: i32,
         tiny: bool,
-        work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
-    ) {
-        self.schedule(reads, writes, priority, tiny, false, Box::new(move |env, done| done.finish(catch(|| work(env)))));
-    }
-
-    /// [`Engine::push_batch`] that returns the op's ticket, for [`Engine::try_extend`].
-    pub fn push_batch_extensible(
-        &'static self,
-        reads: &[&Var],
-        writes: &[&Var],
-        priority: i32,
-        tiny: bool,
+        extensible: bool,
         work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
     ) -> Option<Ticket> {
-        self.schedule(reads, writes, priority, tiny, true, Box::new(move |env, done| done.finish(catch(|| work(env)))))
+        self.schedule(reads, writes, priority, tiny, extensible, Box::new(move |env, done| done.finish(catch(|| work(env)))))
     }
 
     /// Schedules an op whose work may finish later, on another thread or a device: `work`
@@ -711,7 +701,7 @@ mod tests {
         let var = Var::new();
         let log = Arc::new(Mutex::new(Vec::new()));
         let l = Arc::clone(&log);
-        engine().push_batch(&[], &[&var], 0, true, move |_| { l.lock().push(1); Ok(()) });
+        engine().push_batch(&[], &[&var], 0, true, false, move |_| { l.lock().push(1); Ok(()) });
         assert_eq!(*log.lock(), vec![1], "a ready tiny op has run when push_batch returns");
         let (l, gate) = (Arc::clone(&log), Arc::new(std::sync::Barrier::new(2)));
         let g = Arc::clone(&gate);
@@ -721,7 +711,7 @@ mod tests {
             Ok(())
         });
         let l = Arc::clone(&log);
-        engine().push_batch(&[&var], &[], 0, true, move |_| { l.lock().push(3); Ok(()) });
+        engine().push_batch(&[&var], &[], 0, true, false, move |_| { l.lock().push(3); Ok(()) });
         assert_eq!(*log.lock(), vec![1], "a tiny op waits for the pending write");
         gate.wait();
         engine().wait_to_write(&var).unwrap();
@@ -740,7 +730,7 @@ mod tests {
         ];
         for (reads, writes, _) in cases {
             let s = Arc::clone(&seen);
-            engine().push_batch(reads, writes, 0, false, move |env| { s.lock().push(env.disjoint()); Ok(()) });
+            engine().push_batch(reads, writes, 0, false, false, move |env| { s.lock().push(env.disjoint()); Ok(()) });
             engine().wait_all().unwrap();
         }
         assert_eq!(*seen.lock(), cases.iter().map(|c| c.2).collect::<Vec<_>>());

@@ -49,11 +49,7 @@ fn submit(
     work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
 ) -> Option<Ticket> {
     let work = profiler::traced(name, || op_args(keys, bytes, shown), work);
-    if extensible {
-        return engine().push_batch_extensible(reads, writes, priority, bytes <= TINY_BYTES, work);
-    }
-    engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, work);
-    None
+    engine().push_batch(reads, writes, priority, bytes <= TINY_BYTES, extensible, work)
 }
 
 fn op_args(keys: usize, bytes: usize, shown: &NDArray) -> profiler::Args {
@@ -253,31 +249,29 @@ fn lockable_together(disjoint: bool, reads: &[&NDArray], writes: &[&NDArray]) ->
 /// How many arrays ahead [`read_views`] and [`write_views`] ask for the lock's line.
 const LOCK_AHEAD: usize = 8;
 
-/// Read locks on every array of a batch, each lock's line asked for a few arrays ahead: the
-/// locks of a batch's thousands of small arrays would otherwise miss one at a time.
-fn read_views<'a>(arrays: &[&'a NDArray]) -> Vec<crate::ndarray::ReadView<'a>> {
+/// `lock` of every array of a batch (its read or write view), each lock's line asked for a few
+/// arrays ahead: the locks of a batch's thousands of small arrays would otherwise miss one at
+/// a time.
+fn views_of<'a, V>(arrays: &[&'a NDArray], lock: impl Fn(&'a NDArray) -> V) -> Vec<V> {
     arrays.iter().take(LOCK_AHEAD).for_each(|a| a.prefetch_lock());
     let mut views = Vec::with_capacity(arrays.len());
     for (i, a) in arrays.iter().enumerate() {
         if let Some(ahead) = arrays.get(i + LOCK_AHEAD) {
             ahead.prefetch_lock();
         }
-        views.push(a.read_view());
+        views.push(lock(a));
     }
     views
 }
 
-/// Write locks on every array of a batch, as [`read_views`].
+/// Read locks on every array of a batch (see [`views_of`]).
+fn read_views<'a>(arrays: &[&'a NDArray]) -> Vec<crate::ndarray::ReadView<'a>> {
+    views_of(arrays, NDArray::read_view)
+}
+
+/// Write locks on every array of a batch (see [`views_of`]).
 fn write_views<'a>(arrays: &[&'a NDArray]) -> Vec<crate::ndarray::WriteView<'a>> {
-    arrays.iter().take(LOCK_AHEAD).for_each(|a| a.prefetch_lock());
-    let mut guards = Vec::with_capacity(arrays.len());
-    for (i, a) in arrays.iter().enumerate() {
-        if let Some(ahead) = arrays.get(i + LOCK_AHEAD) {
-            ahead.prefetch_lock();
-        }
-        guards.push(a.write_view());
-    }
-    guards
+    views_of(arrays, NDArray::write_view)
 }
 
 /// Runs a batch of copies. The usual batch (dense, distinct outputs) takes every lock first,
