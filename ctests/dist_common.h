@@ -128,7 +128,9 @@ static int cmp_int(const void *a, const void *b) {
 }
 
 /* The part of a server or scheduler: serve until the workers stop the servers. */
-static int run_server_role(const char *type, int is_scheduler) {
+static int run_server_role(const char *type) {
+  int is_scheduler;
+  CHECK(MXKVStoreIsSchedulerNode(&is_scheduler));
   server_kv = dist_create(type);
   CHECK(MXKVStoreRunServer(server_kv, server_controller, NULL));
   if (!is_scheduler) {

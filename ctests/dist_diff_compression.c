@@ -20,11 +20,7 @@ static double gradient(uint32_t i, double round_rank) {
 }
 
 int main(void) {
-  if (!dist_is_worker()) {
-    int is_scheduler;
-    CHECK(MXKVStoreIsSchedulerNode(&is_scheduler));
-    return run_server_role("dist_sync", is_scheduler);
-  }
+  if (!dist_is_worker()) return run_server_role("dist_sync");
   KVStoreHandle kv = dist_create("dist_sync");
   worker_header(kv, &rank, &nworker);
   const char *keys[2] = {"type", "threshold"}, *vals[2] = {"2bit", "0.5"};

@@ -17,11 +17,7 @@
 #define ROUNDS 4
 
 int main(void) {
-  if (!dist_is_worker()) {
-    int is_scheduler;
-    CHECK(MXKVStoreIsSchedulerNode(&is_scheduler));
-    return run_server_role("dist_sync", is_scheduler);
-  }
+  if (!dist_is_worker()) return run_server_role("dist_sync");
   KVStoreHandle kv = dist_create("dist_sync");
   int rank, workers;
   worker_header(kv, &rank, &workers);

@@ -306,11 +306,7 @@ int main(int argc, char **argv) {
   const char *type = argc > 1 ? argv[1] : "dist_sync";
   string_keys = argc > 2 && strcmp(argv[2], "str") == 0;
   int is_async = strstr(type, "async") != NULL;
-  if (!dist_is_worker()) {
-    int is_scheduler;
-    CHECK(MXKVStoreIsSchedulerNode(&is_scheduler));
-    return run_server_role(type, is_scheduler);
-  }
+  if (!dist_is_worker()) return run_server_role(type);
   KVStoreHandle kv = dist_create(type);
   worker_header(kv, &rank, &nworker);
   EMIT("%s keys", string_keys ? "string" : "int");

@@ -131,7 +131,7 @@ static void compressed_round(KVStoreHandle kv, int rank, int k) {
 int main(int argc, char **argv) {
   const char *job = argc > 1 ? argv[1] : "plain";
   (void)worker_header; /* dist_common.h's differential report: not used here */
-  if (!dist_is_worker()) return run_server_role("dist_sync", 0);
+  if (!dist_is_worker()) return run_server_role("dist_sync");
   KVStoreHandle kv = dist_create("dist_sync");
   int rank, dead;
   CHECK(MXKVStoreGetRank(kv, &rank));

@@ -192,7 +192,7 @@ static void compressed_job(KVStoreHandle kv, int rank) {
 int main(int argc, char **argv) {
   (void)worker_header; /* dist_common.h's differential report: not used here */
   const char *job = argc > 1 ? argv[1] : "plain";
-  if (!dist_is_worker()) return run_server_role("dist_sync", 0);
+  if (!dist_is_worker()) return run_server_role("dist_sync");
   KVStoreHandle kv = dist_create("dist_sync");
   int rank;
   CHECK(MXKVStoreGetRank(kv, &rank));

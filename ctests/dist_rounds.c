@@ -36,11 +36,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: dist_rounds [ROUNDS] [ELEMENTS >= 7] [PAUSE_MS]\n");
     return 2;
   }
-  if (!dist_is_worker()) {
-    int is_scheduler;
-    CHECK(MXKVStoreIsSchedulerNode(&is_scheduler));
-    return run_server_role("dist_sync", is_scheduler);
-  }
+  if (!dist_is_worker()) return run_server_role("dist_sync");
   KVStoreHandle kv = dist_create("dist_sync");
   int rank, workers;
   worker_header(kv, &rank, &workers);

@@ -225,22 +225,28 @@ no_process_left 10 || fail "short partition: processes left"
 # Open MPI names the dead peer either by host ("Peer host: kvtb2", "on node kvtb2") or, when a
 # rank's reconnection fails first, by address only ("connect() to 198.18.0.2:1025 failed").
 NAMES_KVTB2='kvtb2|198\.18\.0\.2([^0-9]|$)'
+
+# Waits for the job after a fault at time $1 on kvtb2: it must end non-zero within $2 s with a
+# message naming the host. $3 labels failures, $4 says what happened in the success line.
+ends_naming_kvtb2() {
+    local fault=$1 limit=$2 label=$3 what=$4 took
+    wait_job
+    took=$(since "$fault")
+    if [[ $JOB_RC == 0 ]]; then
+        fail "$label: the job ended with status 0"
+    elif awk -v t="$took" -v l="$limit" 'BEGIN {exit !(t > l)}'; then
+        fail "$label: the job took $took s to end after the fault (status $JOB_RC)"
+    elif ! grep -Eq "$NAMES_KVTB2" "$JOB_OUT/stdout" "$JOB_OUT/stderr"; then
+        fail "$label: no message names host kvtb2 (or its address 198.18.0.2)"
+        job_log
+    else
+        echo "testbed: $what: the job ended in $took s, status $JOB_RC: $(grep -h -E -m1 "$NAMES_KVTB2" "$JOB_OUT/stderr" "$JOB_OUT/stdout" | head -n 1 | sed 's/^ *//')"
+    fi
+}
 start_job killed
 if wait_round 3; then
     "$TB" kill kvtb2 >/dev/null
-    t_kill=$(now)
-    wait_job
-    took=$(since "$t_kill")
-    if [[ $JOB_RC == 0 ]]; then
-        fail "killed host: the job ended with status 0"
-    elif awk -v t="$took" 'BEGIN {exit !(t > 15)}'; then
-        fail "killed host: the job took $took s to end after the kill (status $JOB_RC)"
-    elif ! grep -Eq "$NAMES_KVTB2" "$JOB_OUT/stdout" "$JOB_OUT/stderr"; then
-        fail "killed host: no message names host kvtb2 (or its address 198.18.0.2)"
-        job_log
-    else
-        echo "testbed: every process of server host kvtb2 killed: the job ended in $took s, status $JOB_RC: $(grep -h -E -m1 "$NAMES_KVTB2" "$JOB_OUT/stderr" "$JOB_OUT/stdout" | head -n 1 | sed 's/^ *//')"
-    fi
+    ends_naming_kvtb2 "$(now)" 15 "killed host" "every process of server host kvtb2 killed"
 else
     wait_job
     fail "killed host: the job ended before round 3 (status $JOB_RC)"
@@ -254,19 +260,7 @@ no_process_left 15 || fail "killed host: processes left"
 start_job long-partition-mpi
 if wait_round 3; then
     "$TB" cut kvtb2 >/dev/null
-    t_cut=$(now)
-    wait_job
-    took=$(since "$t_cut")
-    if [[ $JOB_RC == 0 ]]; then
-        fail "long partition (Open MPI): the job ended with status 0"
-    elif awk -v t="$took" 'BEGIN {exit !(t > 30)}'; then
-        fail "long partition (Open MPI): the job took $took s to end after the cut (status $JOB_RC)"
-    elif ! grep -Eq "$NAMES_KVTB2" "$JOB_OUT/stdout" "$JOB_OUT/stderr"; then
-        fail "long partition (Open MPI): no message names host kvtb2"
-        job_log
-    else
-        echo "testbed: server host kvtb2 cut off for good: Open MPI's keepalive ended the job in $took s, status $JOB_RC: $(grep -h -E -m1 "$NAMES_KVTB2" "$JOB_OUT/stderr" "$JOB_OUT/stdout" | head -n 1 | sed 's/^ *//')"
-    fi
+    ends_naming_kvtb2 "$(now)" 30 "long partition (Open MPI)" "server host kvtb2 cut off for good, Open MPI's keepalive"
     # Checked before the cable goes back: the cut-off host must empty itself.
     no_process_left 20 || fail "long partition (Open MPI): processes left"
     "$TB" restore kvtb2 >/dev/null
