@@ -11,8 +11,11 @@ hosted mode (and, where the values are the point, on pure MXNet too):
   array in one call (no wait on itself), and views (slices) keep their values and neighbours.
 usage: lending.py hosted|pure
 """
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 import mxnet as mx
 import numpy as np
@@ -23,9 +26,16 @@ lending = hosted and os.environ.get("KVSTORE_HOSTED_ZERO_COPY", "1") != "0"
 ctxs = [mx.cpu(0), mx.cpu(1)]
 
 
+PROFILE_DIR = tempfile.mkdtemp(prefix="kvstore-lending-")
+atexit.register(shutil.rmtree, PROFILE_DIR, True)
+PROFILE = os.path.join(PROFILE_DIR, "profile.json")
+
+
 def profiled(calls):
     """The host's count of operator invocations and CPU copies while `calls` runs."""
-    mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=os.devnull)
+    # A file of our own: MXNet's profiler unlinks its file when configured, which for os.devnull
+    # as root replaces the machine's /dev/null with a regular file.
+    mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=PROFILE)
     mx.profiler.set_state("run")
     calls()
     mx.nd.waitall()
