@@ -610,7 +610,10 @@ impl KVStore {
         if let Some(devices) = nccl_devices {
             state.nccl = devices;
         }
-        let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::new());
+        // Sized up front: a first push would grow `calls` to 4 calls, over 1 KiB, a size glibc's
+        // malloc serves only after consolidating its fast bins (costly in a host process).
+        let calls_len = if with_updater { groups.len() } else { 0 };
+        let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::with_capacity(calls_len));
         let mut tails = Vec::new();
         for (g, p) in groups.into_iter().zip(prepared) {
             let Some(entry) = state.entries.get_mut(&g.id) else { continue };
