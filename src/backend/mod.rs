@@ -25,7 +25,7 @@ mod bytes;
 pub(crate) mod gpu;
 pub(crate) mod host;
 
-use crate::engine::Ticket;
+use crate::engine::{Detach, Ticket};
 use crate::error::Result;
 use crate::ndarray::{Context, DeviceType, NDArray};
 use std::ops::Range;
@@ -62,6 +62,17 @@ impl PullTail {
     /// Takes the outputs handed so far.
     pub fn take(&self) -> Vec<NDArray> {
         std::mem::take(&mut *self.0.lock())
+    }
+
+    /// What takes `outs` (handed before) back while the sum's op cannot start, as work that
+    /// copies `src` (the sum) into them once it may (a host's engine runs the ops, and let the
+    /// op start before it let the outputs be written: `crate::engine::Detach`).
+    pub fn take_back(self: &Arc<Self>, src: &NDArray, outs: Vec<NDArray>) -> Detach {
+        let (tail, src) = (Arc::clone(self), src.clone());
+        Box::new(move || {
+            tail.0.lock().retain(|o| !outs.iter().any(|t| t.same_chunk(o)));
+            Box::new(move || host::copy_now(&src, &outs))
+        })
     }
 }
 

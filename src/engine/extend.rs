@@ -8,7 +8,9 @@
 //! pending op, a kept failure, or an op that has started (or runs in a host's engine) refuses,
 //! and the caller schedules an op of its own.
 
+use super::host_extend::{Detach, HostExtension};
 use super::{Engine, Op};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 /// Names an op scheduled earlier, for [`Engine::try_extend`]; holds nothing alive.
@@ -24,18 +26,17 @@ impl Ticket {
 impl Engine {
     /// Makes the op of `ticket` also write `writes`, and runs `attach` (which hands the op what
     /// to write) while the op cannot start; `false`, nothing changed and `attach` not run, when
-    /// the op has started or finished, runs in a host's engine, or a variable has an op pending
-    /// or a failure kept. Every later op on `writes` then waits for this op.
-    pub fn try_extend(&'static self, ticket: &Ticket, writes: &[&super::Var], attach: impl FnOnce()) -> bool {
+    /// the op has started or finished, or a variable has an op pending or a failure kept. Every
+    /// later op on `writes` then waits for this op. Where a host's engine runs the ops, the op
+    /// may yet start without them (see [`super::host_extend`]): it then calls `detach`, which
+    /// takes back what `attach` handed it as work that runs once the host lets it write them.
+    pub fn try_extend(&'static self, ticket: &Ticket, writes: &[&super::Var], attach: impl FnOnce(), detach: Detach) -> bool {
         let Some(op) = ticket.0.upgrade() else { return false };
-        if self.host_scheduler().is_some() {
-            return false;
-        }
         let ids: Vec<u64> = writes.iter().map(|v| v.id).collect();
         let _guard = self.schedule_lock.lock();
         // Held until the op owns the variables: a worker taking the work waits for it.
         let work = op.work.lock();
-        if work.is_none() || self.poison.find(&ids).is_some() {
+        if work.is_none() || op.host_started.load(Ordering::Acquire) || self.poison.find(&ids).is_some() {
             return false;
         }
         let mut states: Vec<_> = writes.iter().map(|v| v.state.lock()).collect();
@@ -46,6 +47,13 @@ impl Engine {
         };
         if !states.iter().all(|s| free(s)) {
             return false;
+        }
+        if let Some(host) = self.host_scheduler() {
+            let ext = HostExtension::new(ids.clone(), detach);
+            if !self.queue_host_extension(host, &op, writes, &ext) {
+                return false;
+            }
+            op.host_extensions.lock().push(ext);
         }
         for s in states.iter_mut() {
             s.reads_since_write.take_all().for_each(drop);
@@ -66,6 +74,11 @@ mod tests {
     use std::sync::{Arc, Barrier};
 
     type Log = Arc<Mutex<Vec<&'static str>>>;
+
+    /// Natively an extended op always writes its new variables: nothing is taken back.
+    fn no_detach() -> super::Detach {
+        Box::new(|| Box::new(|| Ok(())))
+    }
 
     /// Schedules an op writing `var` that waits at `gate` until the test lets it go.
     fn held_op(e: &'static Engine, var: &Var, gate: &Arc<Barrier>, log: &Log) {
@@ -95,7 +108,7 @@ mod tests {
         .unwrap();
         let attached = Arc::new(Mutex::new(false));
         let a = Arc::clone(&attached);
-        assert!(e.try_extend(&ticket, &[&out], move || *a.lock() = true));
+        assert!(e.try_extend(&ticket, &[&out], move || *a.lock() = true, no_detach()));
         assert!(*attached.lock());
         let l = Arc::clone(&log);
         e.push(&[&out], &[], 0, move |_| {
@@ -103,12 +116,12 @@ mod tests {
             Ok(())
         });
         // A variable with an op pending (the reader) refuses, and `attach` does not run.
-        assert!(!e.try_extend(&ticket, &[&out], || panic!("attached to a busy variable")));
+        assert!(!e.try_extend(&ticket, &[&out], || panic!("attached to a busy variable"), no_detach()));
         gate.wait();
         e.wait_to_write(&out).unwrap();
         assert_eq!(*log.lock(), vec!["first", "extended", "reader of the new write"]);
         // A finished op refuses.
-        assert!(!e.try_extend(&ticket, &[&Var::new()], || panic!("attached to a finished op")));
+        assert!(!e.try_extend(&ticket, &[&Var::new()], || panic!("attached to a finished op"), no_detach()));
     }
 
     #[test]
@@ -118,7 +131,7 @@ mod tests {
         let (gate, log): (_, Log) = (Arc::new(Barrier::new(2)), Arc::default());
         held_op(e, &blocker, &gate, &log);
         let ticket = e.push_batch(&[&blocker], &[&var], 0, false, true, |_| Err(crate::Error::new("extended op failed"))).unwrap();
-        assert!(e.try_extend(&ticket, &[&out], || ()));
+        assert!(e.try_extend(&ticket, &[&out], || (), no_detach()));
         gate.wait();
         let err = e.wait_to_read(&out).unwrap_err();
         assert!(err.message().contains("extended op failed"), "{err}");
@@ -132,7 +145,7 @@ mod tests {
         }
         held_op(e, &blocker, &gate, &log);
         let ticket = e.push_batch(&[&blocker], &[&other], 0, false, true, |_| Ok(())).unwrap();
-        assert!(!e.try_extend(&ticket, &[&poisoned], || panic!("attached to a poisoned variable")));
+        assert!(!e.try_extend(&ticket, &[&poisoned], || panic!("attached to a poisoned variable"), no_detach()));
         gate.wait();
         e.wait_to_write(&other).unwrap();
         assert_eq!(e.wait_to_read(&poisoned).unwrap_err().message(), "kept failure");

@@ -13,6 +13,7 @@
 
 mod completion;
 mod extend;
+mod host_extend;
 mod poison;
 mod queue;
 mod scheduler;
@@ -27,6 +28,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use extend::Ticket;
+pub use host_extend::{Deferred, Detach};
 pub use scheduler::{HostCompletion, HostStart, Scheduler};
 
 /// The unit of dependency tracking: one per storage chunk.
@@ -201,6 +203,12 @@ pub(crate) struct Op {
     extra_writes: Mutex<Vec<u64>>,
     /// Where the op runs in the host's engine: completes the host's op.
     host_completion: Mutex<Option<HostCompletion>>,
+    /// Where the op runs in the host's engine: the tokens it writes there.
+    write_tokens: Mutex<Vec<usize>>,
+    /// Its extensions in the host's engine (see [`host_extend`]).
+    host_extensions: Mutex<Vec<Arc<host_extend::HostExtension>>>,
+    /// Whether the host's engine has started it (taken under its `work` lock).
+    host_started: std::sync::atomic::AtomicBool,
 }
 
 /// The engine: a scheduling lock, a ready queue and worker threads.
@@ -411,6 +419,9 @@ impl Engine {
             writes: writes.len(),
             extra_writes: Mutex::new(Vec::new()),
             host_completion: Mutex::new(None),
+            write_tokens: Mutex::new(Vec::new()),
+            host_extensions: Mutex::new(Vec::new()),
+            host_started: std::sync::atomic::AtomicBool::new(false),
         });
         let ticket = ticketed.then(|| Ticket::of(&op));
         if let Some(host) = self.host_scheduler() {
@@ -442,6 +453,7 @@ impl Engine {
         let start = OnHost { engine: self, op: Some(Arc::clone(&op)) };
         let pushed = tokens(reads).and_then(|r| {
             let (r, w) = scheduler::distinct(&r, &tokens(writes)?);
+            op.write_tokens.lock().clone_from(&w);
             host.push(&r, &w, op.priority, Box::new(move |complete, refusal| start.run(complete, refusal)))
         });
         if let Err(e) = pushed {
@@ -599,6 +611,10 @@ impl Engine {
         if let Some(complete) = host_completion {
             complete(failure.as_ref().and_then(|f| f.message()));
         }
+        let extensions = std::mem::take(&mut *op.host_extensions.lock());
+        for ext in extensions {
+            ext.op_finished(self, failure.as_ref().and_then(|f| f.message()));
+        }
         for waiter in op.completion.complete() {
             self.release(waiter);
         }
@@ -622,6 +638,14 @@ impl OnHost {
     fn run(mut self, complete: HostCompletion, refusal: Option<String>) {
         if let Some(op) = self.op.take() {
             *op.host_completion.lock() = Some(complete);
+            {
+                // Under the work's lock: no extension is added from now on (`try_extend`).
+                let _work = op.work.lock();
+                op.host_started.store(true, Ordering::Release);
+                if refusal.is_none() {
+                    op.host_extensions.lock().iter().for_each(|ext| ext.op_starts());
+                }
+            }
             match refusal {
                 None => self.engine.run(op),
                 Some(why) => self.engine.skip(op, Failure::new(Error::new(why))),
@@ -854,10 +878,10 @@ mod tests {
 
     /// A host engine that keeps what is pushed for the test to start, or to skip.
     #[derive(Default)]
-    struct RecordingHost {
+    pub(super) struct RecordingHost {
         tokens: AtomicUsize,
-        pushed: Mutex<Vec<(Vec<usize>, Vec<usize>, HostStart)>>,
-        completions: Arc<Mutex<Vec<Option<String>>>>,
+        pub(super) pushed: Mutex<Vec<(Vec<usize>, Vec<usize>, HostStart)>>,
+        pub(super) completions: Arc<Mutex<Vec<Option<String>>>>,
     }
 
     impl Scheduler for RecordingHost {
@@ -884,8 +908,13 @@ mod tests {
         }
 
         /// Starts the oldest pushed op, the host side refusing it with `refusal` if given.
-        fn start_next_with(&self, refusal: Option<String>) -> (Vec<usize>, Vec<usize>) {
-            let (r, w, start) = self.pushed.lock().remove(0);
+        pub(super) fn start_next_with(&self, refusal: Option<String>) -> (Vec<usize>, Vec<usize>) {
+            self.start_at(0, refusal)
+        }
+
+        /// Starts the `i`th oldest pushed op not started yet.
+        pub(super) fn start_at(&self, i: usize, refusal: Option<String>) -> (Vec<usize>, Vec<usize>) {
+            let (r, w, start) = self.pushed.lock().remove(i);
             let completions = Arc::clone(&self.completions);
             start(Box::new(move |failure| completions.lock().push(failure)), refusal);
             (r, w)

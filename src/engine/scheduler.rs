@@ -35,6 +35,12 @@ pub trait Scheduler: Send + Sync + 'static {
     /// none in both). `Err` when the host refused it (then `start` is dropped).
     fn push(&self, reads: &[usize], writes: &[usize], priority: i32, start: HostStart) -> Result<()>;
 
+    /// As [`Scheduler::push`], for an op whose start only takes hold of its tokens: the host
+    /// may start it as soon as they are ready, ahead of ops queued before it on other tokens.
+    fn push_prompt(&self, reads: &[usize], writes: &[usize], priority: i32, start: HostStart) -> Result<()> {
+        self.push(reads, writes, priority, start)
+    }
+
     /// Blocks until the host's ops writing (with `write`: reading or writing) `token` are done.
     fn wait(&self, token: usize, write: bool) -> Result<()>;
 }

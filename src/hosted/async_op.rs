@@ -97,6 +97,9 @@ unsafe extern "C" fn free_start(param: *mut c_void) {
 pub(super) enum Property {
     /// `kNormal`, as MXNet's own dist store pushes and pulls.
     Normal = 0,
+    /// `kCPUPrioritized`: run by the host's CPU priority workers, not queued behind the normal
+    /// workers' ops (for ops that only take hold of their arrays).
+    Prompt = 3,
 }
 
 /// Pushes one asynchronous host op reading `reads` and writing `writes`; `start` runs once

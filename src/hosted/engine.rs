@@ -61,23 +61,11 @@ impl Scheduler for HostEngine {
     }
 
     fn push(&self, reads: &[usize], writes: &[usize], priority: i32, start: HostStart) -> Result<()> {
-        // Lent arrays are checked again when the op starts (`lent::unplain`).
-        let lent: Vec<usize> = reads.iter().chain(writes).filter(|&&t| t & LENT_TOKEN != 0).map(|&t| handle_of(t) as usize).collect();
-        let reads: Vec<NDArrayHandle> = reads.iter().map(|&t| handle_of(t)).collect();
-        let writes: Vec<NDArrayHandle> = writes.iter().map(|&t| handle_of(t)).collect();
-        let name = CALL_NAME.with(Cell::get);
-        let host = self.0;
-        push_async(host, &reads, &writes, priority, (name, Property::Normal), move |done| {
-            let handles: Vec<NDArrayHandle> = lent.iter().map(|&h| h as NDArrayHandle).collect();
-            let refusal = unplain(host, &handles);
-            start(
-                Box::new(move |failure: Option<String>| match failure {
-                    None => done.finish(),
-                    Some(why) => done.fail(&why),
-                }),
-                refusal,
-            )
-        })
+        self.push_as(reads, writes, priority, start, Property::Normal)
+    }
+
+    fn push_prompt(&self, reads: &[usize], writes: &[usize], priority: i32, start: HostStart) -> Result<()> {
+        self.push_as(reads, writes, priority, start, Property::Prompt)
     }
 
     fn wait(&self, token: usize, write: bool) -> Result<()> {
@@ -91,5 +79,27 @@ impl Scheduler for HostEngine {
             }
         };
         self.0.check(rc, if write { "MXNDArrayWaitToWrite" } else { "MXNDArrayWaitToRead" })
+    }
+}
+
+impl HostEngine {
+    fn push_as(&self, reads: &[usize], writes: &[usize], priority: i32, start: HostStart, property: Property) -> Result<()> {
+        // Lent arrays are checked again when the op starts (`lent::unplain`).
+        let lent: Vec<usize> = reads.iter().chain(writes).filter(|&&t| t & LENT_TOKEN != 0).map(|&t| handle_of(t) as usize).collect();
+        let reads: Vec<NDArrayHandle> = reads.iter().map(|&t| handle_of(t)).collect();
+        let writes: Vec<NDArrayHandle> = writes.iter().map(|&t| handle_of(t)).collect();
+        let name = CALL_NAME.with(Cell::get);
+        let host = self.0;
+        push_async(host, &reads, &writes, priority, (name, property), move |done| {
+            let handles: Vec<NDArrayHandle> = lent.iter().map(|&h| h as NDArrayHandle).collect();
+            let refusal = unplain(host, &handles);
+            start(
+                Box::new(move |failure: Option<String>| match failure {
+                    None => done.finish(),
+                    Some(why) => done.fail(&why),
+                }),
+                refusal,
+            )
+        })
     }
 }

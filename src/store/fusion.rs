@@ -59,7 +59,8 @@ pub(super) fn join(entries: &Entries, plan: &mut PullPlan) {
             let (src, dsts) = (&copies[i].src, &outs[copies[i].dsts.clone()]);
             fits(src, dsts) && {
                 let vars: Vec<_> = dsts.iter().map(|d| d.var()).collect();
-                engine().try_extend(&j.ticket, &vars, || j.tail.hand(dsts.iter().cloned()))
+                let detach = j.tail.take_back(src, dsts.to_vec());
+                engine().try_extend(&j.ticket, &vars, || j.tail.hand(dsts.iter().cloned()), detach)
             }
         });
         if !joined {

@@ -169,3 +169,51 @@ for call in range(1, 5):
     total = call * (call + 1) / 2
     assert np.allclose(out8.asnumpy(), total), (call, out8.asnumpy()[0, :3])
 print("an updater handed a fresh pushed value every call: ok")
+
+# 9. A big key's pull queued right behind its push joins the push's sum (src/engine/
+# host_extend.rs): the sum writes the pulled outputs in its own pass, under a guard op holding
+# them. The first pushed value is written by a slow chain of host ops, so that the sum is still
+# waiting when the pull comes. Values every call, with host ops on the pushed arrays and the
+# outputs queued between the push and the pull every other call (a write of a pushed array waits
+# for the sum's read; an output's earlier writer goes first and the pull overwrites it).
+kv9 = mx.kv.create("device")
+shape9 = (256, 2048)                 # 2 MiB of float32: big enough to be joined
+kv9.init(9, mx.nd.zeros(shape9))
+grads9 = [mx.nd.zeros(shape9, ctx=c) for c in ctxs]
+outs9 = [mx.nd.zeros(shape9, ctx=c) for c in ctxs]
+unit9 = mx.nd.ones((256, 256)) / 256
+pull_ops = []
+for call in range(1, 9):
+    slow = unit9
+    for _ in range(40):
+        slow = mx.nd.dot(slow, unit9)    # ones/256 again, once the chain is done
+    grads9[0][:] = mx.nd.tile(slow, (1, 8)) * (256 * call)
+    grads9[1][:] = 2 * call
+    def step9():
+        kv9.push(9, grads9)
+        if call % 2 == 0:
+            for g, o in zip(grads9, outs9):
+                g[:] = g * 2                 # waits for the sum's read
+                o[:] = g + 1                 # then overwritten by the pull
+        kv9.pull(9, out=outs9)
+    if hosted and call >= 4:
+        mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=PROFILE)
+        mx.profiler.set_state("run")
+        step9()
+        mx.nd.waitall()
+        mx.profiler.set_state("stop")
+        table = mx.profiler.dumps(reset=True)
+        pull_ops.append(sum(int(l.split()[1]) for l in table.splitlines() if l.split()[:1] == ["KVStorePull"]))
+    else:
+        step9()
+    for o in outs9:
+        got = o.asnumpy()
+        assert np.allclose(got, 3 * call), (call, got[0, :3])
+    for i, g in enumerate(grads9):
+        assert np.allclose(g.asnumpy(), call * (i + 1) * (2 if call % 2 == 0 else 1)), call
+if pull_ops:
+    # Joined: a guard and a reader for the pull (two host ops); a copy op otherwise (one).
+    print("host ops of a big key's pulls behind their pushes:", pull_ops)
+    if lending and os.environ.get("MXNET_ENGINE_TYPE") != "NaiveEngine":
+        assert pull_ops == [2] * len(pull_ops), pull_ops
+print("a big key's pull behind its push: ok")
