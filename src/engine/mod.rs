@@ -252,7 +252,7 @@ pub fn engine() -> &'static Engine {
 fn prefetch_ahead(vars: &[&Var], i: usize) {
     const AHEAD: usize = 8;
     if let Some(v) = vars.get(i + AHEAD) {
-        crate::base::prefetch::prefetch_line(&v.state);
+        crate::base::prefetch::prefetch_line_for_write(&v.state);
     }
 }
 
