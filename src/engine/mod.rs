@@ -260,7 +260,7 @@ pub fn engine() -> &'static Engine {
 fn prefetch_ahead(vars: &[&Var], i: usize) {
     const AHEAD: usize = 8;
     if let Some(v) = vars.get(i + AHEAD) {
-        crate::base::prefetch::prefetch_line(&v.state);
+        crate::base::prefetch::prefetch_line_for_write(&v.state);
     }
 }
 
@@ -359,10 +359,12 @@ impl Engine {
             if s.reads_since_write.ends_with(&completion) {
                 continue;
             }
-            if let Some(w) = &s.last_write {
-                if !w.is_done() {
-                    deps.push(Arc::clone(w));
-                }
+            // A finished writer is forgotten: it is usually the op that filled the array long
+            // ago, a completion of its own whose line every later read would otherwise miss.
+            match s.last_write.as_ref().map(|w| w.is_done()) {
+                Some(false) => deps.extend(s.last_write.clone()),
+                Some(true) => s.last_write = None,
+                None => {}
             }
             s.reads_since_write.prune();
             s.reads_since_write.add(&completion);
@@ -704,6 +706,30 @@ mod tests {
         let seen = seen.lock();
         assert_eq!(seen.len(), 150);
         assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
+    }
+
+    #[test]
+    fn a_read_forgets_a_finished_writer_and_still_waits_for_an_unfinished_one() {
+        let var = Var::new();
+        engine().push(&[], &[&var], 0, |_| Ok(()));
+        engine().wait_to_read(&var).unwrap();
+        engine().wait_to_read(&var).unwrap();
+        assert!(var.state.lock().last_write.is_none(), "a read after the write finished drops it");
+        let value = Arc::new(AtomicU64::new(0));
+        let v = Arc::clone(&value);
+        engine().push(&[], &[&var], 0, move |_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            v.store(5, Ordering::SeqCst);
+            Ok(())
+        });
+        let (v, seen) = (Arc::clone(&value), Arc::new(AtomicU64::new(0)));
+        let s = Arc::clone(&seen);
+        engine().push(&[&var], &[], 0, move |_| {
+            s.store(v.load(Ordering::SeqCst), Ordering::SeqCst);
+            Ok(())
+        });
+        engine().wait_to_write(&var).unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 5);
     }
 
     #[test]

@@ -161,7 +161,7 @@ impl NDArray {
         // `Arc`'s counts sit before its value, which starts at the first multiple of the
         // value's alignment past the two counts. Only a hint: a wrong address costs nothing.
         let counts = std::mem::align_of::<Chunk>().max(2 * std::mem::size_of::<usize>());
-        crate::base::prefetch::prefetch_line((Arc::as_ptr(&self.chunk) as *const u8).wrapping_sub(counts));
+        crate::base::prefetch::prefetch_line_for_write((Arc::as_ptr(&self.chunk) as *const u8).wrapping_sub(counts));
     }
 
     /// Whether both views share memory.
@@ -197,7 +197,7 @@ impl NDArray {
     /// [`NDArray::write_view`]): loops locking thousands of small arrays overlap the misses.
     #[inline(always)]
     pub fn prefetch_lock(&self) {
-        crate::base::prefetch::prefetch_line(&*self.chunk.payload);
+        crate::base::prefetch::prefetch_line_for_write(&*self.chunk.payload);
     }
 
     /// A write guard on the view's bytes, for kernels writing several arrays at once.
