@@ -170,11 +170,10 @@ pslite_leg() {
     return 1
 }
 
-# LEG [kvstore-launch options]: the libkvstore leg named LEG (BENCH_EXE: the program, this
-# build's by default).
+# LEG EXE [kvstore-launch options]: the libkvstore leg named LEG, running the program EXE.
 kv_leg() {
-    local leg=$1 status=0 exe=${BENCH_EXE:-$ROOT/target/bench/distbench_kv}
-    shift
+    local leg=$1 exe=$2 status=0
+    shift 2
     leg_start "$leg"
     timeout -k 5 "$limit_s" "$TB" run "$ROOT/scripts/kvstore-launch" -n "$nworkers" -s "$nservers" -H "$hostfile" --launcher ssh \
         --timeout $((limit_s - 10)) "$@" "$exe" --iters "$iters" $twobit \
@@ -228,18 +227,18 @@ if [[ $reference_leg == 1 ]]; then
     legs=reference
 fi
 echo "== libkvstore.so: MPI (scripts/kvstore-launch --launcher ssh), the same placement"
-kv_leg libkvstore ${kv_env[@]+"${kv_env[@]}"}
+kv_leg libkvstore "$ROOT/target/bench/distbench_kv" ${kv_env[@]+"${kv_env[@]}"}
 sed 's/^/[libkvstore] /' "$out/libkvstore.txt"
 legs="$legs libkvstore"
 if [[ -n $base ]]; then
     echo "== the base build's libkvstore.so ($base), the same placement"
-    BENCH_EXE=$ROOT/target/bench/distbench_kv_base kv_leg base
+    kv_leg base "$ROOT/target/bench/distbench_kv_base"
     sed 's/^/[base] /' "$out/base.txt"
     legs="$legs base"
 fi
 if [[ $mxnet_placement == 1 ]]; then
     echo "== libkvstore.so with KVSTORE_DIST_BALANCE=0 (small keys placed as MXNet)"
-    kv_leg mxnet-placement --env KVSTORE_DIST_BALANCE=0
+    kv_leg mxnet-placement "$ROOT/target/bench/distbench_kv" --env KVSTORE_DIST_BALANCE=0
     sed 's/^/[libkvstore, MXNet placement] /' "$out/mxnet-placement.txt"
     legs="$legs mxnet-placement"
 fi
