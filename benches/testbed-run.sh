@@ -18,9 +18,14 @@
 # MXKVStoreSetGradientCompression, which MXNet's set_gradient_compression calls).
 # --mxnet-placement: a second libkvstore leg with KVSTORE_DIST_BALANCE=0 (small keys on
 # (key * 9973) % S, as MXNet), in the same run.
+# --base DIR: a leg of another build, the libkvstore.so and libkvstore_mpi.so in DIR (e.g.
+# copied from target/release at another commit), after this build's, in the same run: a
+# same-run A/B with this build / base. --no-reference: no ps-lite leg (A/B runs).
+# --env NAME=VALUE (repeatable): set for this build's libkvstore leg (kvstore-launch --env).
 #
 #   benches/testbed-run.sh [--iters N (default 10)] [--rate 1gbit] [--workers W] [--servers S]
-#                          [--colocated] [--2bit] [--mxnet-placement] [--no-build] [--keep DIR]
+#                          [--colocated] [--2bit] [--mxnet-placement] [--base DIR]
+#                          [--no-reference] [--env NAME=VALUE] [--no-build] [--keep DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,6 +39,9 @@ nservers=2
 colocated=0
 twobit=
 mxnet_placement=0
+base=
+reference_leg=1
+kv_env=()
 while [[ $# -gt 0 ]]; do
     case $1 in
         --iters) iters=${2:?}; shift 2 ;;
@@ -42,6 +50,9 @@ while [[ $# -gt 0 ]]; do
         --colocated) colocated=1; shift ;;
         --2bit) twobit=--2bit; shift ;;
         --mxnet-placement) mxnet_placement=1; shift ;;
+        --base) base=${2:?}; shift 2 ;;
+        --no-reference) reference_leg=0; shift ;;
+        --env) kv_env+=(--env "${2:?}"); shift 2 ;;
         --rate) rate=${2:?}; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep) keep=${2:?}; shift 2 ;;
@@ -70,6 +81,17 @@ if [[ -n $keep ]]; then
     out=$(cd "$keep" && pwd)
 else
     out=$(mktemp -d /tmp/testbed-bench-XXXXXX)
+fi
+if [[ -n $base ]]; then
+    [[ -f $base/libkvstore.so && -f $base/libkvstore_mpi.so ]] || { echo "testbed-run: --base needs libkvstore.so and libkvstore_mpi.so in $base" >&2; exit 2; }
+    # A copy of the base build's libraries under their run-time name (the soname), the MPI
+    # plugin beside them where the library looks for it; the program linked to that copy.
+    mkdir -p "$out/base-lib"
+    cp "$base/libkvstore.so" "$base/libkvstore_mpi.so" "$out/base-lib/"
+    soname=$(objdump -p "$out/base-lib/libkvstore.so" | awk '$1 == "SONAME" {print $2}')
+    [[ -z $soname || -e $out/base-lib/$soname ]] || ln -s libkvstore.so "$out/base-lib/$soname"
+    cc -std=c11 -O2 -Wall -Wextra -I include benches/distbench.c -L "$out/base-lib" -lkvstore \
+        -Wl,-rpath,"$out/base-lib" -o target/bench/distbench_kv_base
 fi
 monitor_pid=
 cleanup() {
@@ -148,13 +170,13 @@ pslite_leg() {
     return 1
 }
 
-# LEG [kvstore-launch options]: the libkvstore leg named LEG.
+# LEG EXE [kvstore-launch options]: the libkvstore leg named LEG, running the program EXE.
 kv_leg() {
-    local leg=$1 status=0
-    shift
+    local leg=$1 exe=$2 status=0
+    shift 2
     leg_start "$leg"
     timeout -k 5 "$limit_s" "$TB" run "$ROOT/scripts/kvstore-launch" -n "$nworkers" -s "$nservers" -H "$hostfile" --launcher ssh \
-        --timeout $((limit_s - 10)) "$@" "$ROOT/target/bench/distbench_kv" --iters "$iters" $twobit \
+        --timeout $((limit_s - 10)) "$@" "$exe" --iters "$iters" $twobit \
         >"$out/$leg.txt" 2>"$out/$leg.err" || status=$?
     leg_end "$leg"
     if [[ $status != 0 ]]; then
@@ -198,21 +220,32 @@ layout="$nworkers workers + $nservers servers"
 [[ -z $twobit ]] || layout="$layout, 2-bit compression"
 echo "== $layout; links $rate"
 echo "== reference libmxnet.so: ps-lite, servers on $SERVER_HOSTS, workers on $WORKER_HOSTS"
-pslite_leg
-sed 's/^/[ps-lite] /' "$out/reference.txt"
+legs=
+if [[ $reference_leg == 1 ]]; then
+    pslite_leg
+    sed 's/^/[ps-lite] /' "$out/reference.txt"
+    legs=reference
+fi
 echo "== libkvstore.so: MPI (scripts/kvstore-launch --launcher ssh), the same placement"
-kv_leg libkvstore
+kv_leg libkvstore "$ROOT/target/bench/distbench_kv" ${kv_env[@]+"${kv_env[@]}"}
 sed 's/^/[libkvstore] /' "$out/libkvstore.txt"
-legs="reference libkvstore"
+legs="$legs libkvstore"
+if [[ -n $base ]]; then
+    echo "== the base build's libkvstore.so ($base), the same placement"
+    kv_leg base "$ROOT/target/bench/distbench_kv_base"
+    sed 's/^/[base] /' "$out/base.txt"
+    legs="$legs base"
+fi
 if [[ $mxnet_placement == 1 ]]; then
     echo "== libkvstore.so with KVSTORE_DIST_BALANCE=0 (small keys placed as MXNet)"
-    kv_leg mxnet-placement --env KVSTORE_DIST_BALANCE=0
+    kv_leg mxnet-placement "$ROOT/target/bench/distbench_kv" --env KVSTORE_DIST_BALANCE=0
     sed 's/^/[libkvstore, MXNet placement] /' "$out/mxnet-placement.txt"
     legs="$legs mxnet-placement"
 fi
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-ref=$(median_of "$out/reference.txt")
+ref=
+[[ $reference_leg == 0 ]] || ref=$(median_of "$out/reference.txt")
 ours=$(median_of "$out/libkvstore.txt")
 # Payload per step over the busiest link direction, keys spread evenly over the servers (P:
 # the push or pull payload of one worker). Apart: a worker's link carries P; a server's, W/S
@@ -227,12 +260,17 @@ busiest=$(awk -v a="$push" -v b="$pull" -v w="$nworkers" -v s="$nservers" -v c="
     m = (a > b) ? a : b; f = w / s
     if (c) printf "%.1f", (a + b) * (w - 1) / w; else printf "%.1f", (f > 1) ? m * f : m }')
 limit=$(awk -v m="$busiest" -v g="$goodput" 'BEGIN {printf "%.3f", m / g}')
-echo "s/iter (mean of the $nworkers workers' medians over $iters iterations): ps-lite $ref, libkvstore $ours"
-echo "ratio libkvstore / ps-lite: $(awk -v a="$ours" -v b="$ref" 'BEGIN {printf "%.3f", a / b}')"
-echo "full-duplex link limit: $busiest MB per step over the busiest link direction / $goodput MB/s = $limit s/iter (ps-lite at $(awk -v a="$ref" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x it, libkvstore at $(awk -v a="$ours" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x)"
+times() { awk -v a="$1" -v l="$limit" 'BEGIN {printf "%.2f", a / l}'; }
+echo "s/iter (mean of the $nworkers workers' medians over $iters iterations): ps-lite ${ref:-(not run)}, libkvstore $ours"
+[[ -z $ref ]] || echo "ratio libkvstore / ps-lite: $(awk -v a="$ours" -v b="$ref" 'BEGIN {printf "%.3f", a / b}')"
+echo "full-duplex link limit: $busiest MB per step over the busiest link direction / $goodput MB/s = $limit s/iter (${ref:+ps-lite at $(times "$ref")x it, }libkvstore at $(times "$ours")x)"
+if [[ -n $base ]]; then
+    b=$(median_of "$out/base.txt")
+    echo "base build: $b s/iter (${ref:+$(awk -v a="$b" -v r="$ref" 'BEGIN {printf "%.3f", a / r}') of ps-lite, }$(times "$b")x the limit); this build / base: $(awk -v a="$ours" -v b="$b" 'BEGIN {printf "%.3f", a / b}')"
+fi
 if [[ $mxnet_placement == 1 ]]; then
     mx=$(median_of "$out/mxnet-placement.txt")
-    echo "libkvstore with MXNet's placement: $mx s/iter ($(awk -v a="$mx" -v b="$ref" 'BEGIN {printf "%.3f", a / b}') of ps-lite, $(awk -v a="$mx" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x the limit; balanced / MXNet's: $(awk -v a="$ours" -v b="$mx" 'BEGIN {printf "%.3f", a / b}'))"
+    echo "libkvstore with MXNet's placement: $mx s/iter (${ref:+$(awk -v a="$mx" -v b="$ref" 'BEGIN {printf "%.3f", a / b}') of ps-lite, }$(awk -v a="$mx" -v l="$limit" 'BEGIN {printf "%.2f", a / l}')x the limit; balanced / MXNet's: $(awk -v a="$ours" -v b="$mx" 'BEGIN {printf "%.3f", a / b}'))"
 fi
 echo "link use per host (whole leg, warm-up and init included):"
 for leg in $legs; do utilisation "$leg"; done

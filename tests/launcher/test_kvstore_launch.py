@@ -129,11 +129,12 @@ class LocalLauncher(unittest.TestCase):
         self.assertNotIn("MXNET_LIBRARY_PATH", exports(ctx[0]))
 
     def test_placement_settings_reach_every_rank_when_set(self):
-        env = {"KVSTORE_DIST_BALANCE": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": "1000"}
+        env = {"KVSTORE_DIST_BALANCE": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": "1000", "KVSTORE_DIST_CHUNK_BYTES": "4096"}
         _, ctx = contexts(build(["-n", "2", "-s", "2", "./a.out"], environ=env))
         for c in ctx:
             self.assertIn("KVSTORE_DIST_BALANCE", exports(c), "workers must place keys alike")
             self.assertIn("MXNET_KVSTORE_BIGARRAY_BOUND", exports(c))
+            self.assertIn("KVSTORE_DIST_CHUNK_BYTES", exports(c), "workers must chunk parts alike")
         _, ctx = contexts(build(["-n", "1", "./a.out"], environ={}))
         self.assertNotIn("KVSTORE_DIST_BALANCE", exports(ctx[0]))
 

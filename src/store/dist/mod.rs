@@ -5,6 +5,7 @@
 //! worker and server logic live here.
 
 mod applying;
+mod chunks;
 pub mod command;
 mod failpoint;
 pub mod liveness;

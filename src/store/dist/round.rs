@@ -44,6 +44,9 @@ pub struct Request {
     /// Not a push: a pull deferred to the end of the round that holds the puller's push
     /// (`PullAfter`); answered with the value.
     pub pull: bool,
+    /// The elements `(first, count)` of the part that this push carried, when the part was
+    /// pushed in chunks (`chunked`): a push-pull is answered with those elements only.
+    pub chunk: Option<(usize, usize)>,
 }
 
 /// A round in progress: `V` is a pushed value in the server's working form.
@@ -58,14 +61,12 @@ pub struct Round<V> {
     /// Values folded so far.
     folded: usize,
     requests: Vec<Request>,
-    /// Pulls waiting for this round's update (`Request::pull`).
-    pulls: Vec<Request>,
 }
 
 impl<V> Round<V> {
     /// An empty round of `workers` workers.
     pub fn new(workers: usize, order: SumOrder) -> Round<V> {
-        Round { order, held: (0..workers).map(|_| None).collect(), pushed: vec![false; workers], next: 0, folded: 0, requests: Vec::new(), pulls: Vec::new() }
+        Round { order, held: (0..workers).map(|_| None).collect(), pushed: vec![false; workers], next: 0, folded: 0, requests: Vec::new() }
     }
 
     /// No push has arrived in this round.
@@ -108,12 +109,6 @@ impl<V> Round<V> {
         self.pushed.get(rank).copied().unwrap_or(false)
     }
 
-    /// Answers `pull` when this round ends, with the updated value (its puller has pushed in
-    /// it: see [`Round::has_pushed`]).
-    pub fn defer_pull(&mut self, pull: Request) {
-        self.pulls.push(Request { pull: true, ..pull });
-    }
-
     /// Keeps an early value until the ranks before it have been folded.
     pub fn hold(&mut self, rank: usize, value: V) {
         self.held[rank] = Some(value);
@@ -148,16 +143,13 @@ impl<V> Round<V> {
             && self.held.iter().all(Option::is_none)
     }
 
-    /// Ends the round: its pushes, then its deferred pulls, to be answered; the round is
-    /// empty again.
+    /// Ends the round: its pushes, to be answered; the round is empty again.
     pub fn finish(&mut self) -> Vec<Request> {
         self.pushed.iter_mut().for_each(|p| *p = false);
         self.held.iter_mut().for_each(|h| *h = None);
         self.next = 0;
         self.folded = 0;
-        let mut out = std::mem::take(&mut self.requests);
-        out.append(&mut self.pulls);
-        out
+        std::mem::take(&mut self.requests)
     }
 }
 
@@ -188,7 +180,7 @@ mod tests {
     use super::*;
 
     fn request(source: usize) -> Request {
-        Request { source, req: source as u64, want_value: false, pull: false }
+        Request { source, req: source as u64, want_value: false, pull: false, chunk: None }
     }
 
     /// Folds a round fed in `arrival` order (joined ranks in `joined`) and returns the fold
@@ -268,17 +260,14 @@ mod tests {
     }
 
     #[test]
-    fn deferred_pulls_are_answered_after_the_rounds_pushes() {
+    fn a_round_knows_who_has_pushed() {
         let mut round: Round<usize> = Round::new(2, SumOrder::Rank);
         assert!(!round.has_pushed(0));
         assert!(round.arrive(0, request(0), &[false; 2]).unwrap());
         assert!(round.has_pushed(0) && !round.has_pushed(1));
-        round.defer_pull(Request { source: 0, req: 9, want_value: true, pull: false });
-        assert!(!round.complete(&[false; 2]));
         assert!(round.arrive(1, request(1), &[false; 2]).unwrap());
         assert!(round.complete(&[false; 2]));
-        let out = round.finish();
-        assert_eq!(out.iter().map(|r| (r.req, r.pull)).collect::<Vec<_>>(), vec![(0, false), (1, false), (9, true)]);
+        assert_eq!(round.finish().iter().map(|r| r.req).collect::<Vec<_>>(), vec![0, 1]);
         assert!(round.is_empty() && !round.has_pushed(0));
         assert!(round.finish().is_empty());
     }

@@ -10,6 +10,7 @@
 
 use super::applying::Applying;
 use super::byte_kernels;
+use super::chunks::{Answering, PartRound};
 use super::command::{decode_compression, Command};
 use super::liveness::{Owe, What};
 use super::members::{Members, Released};
@@ -59,8 +60,25 @@ struct Entry {
     stored_dtype: Option<NDArray>,
     /// The sum of this round's pushes (sync) or the push being applied (async).
     merged: Option<NDArray>,
-    /// The sync round in progress (pushed values in the working dtype).
-    round: Round<Vec<u8>>,
+    /// The sync round in progress, chunk by chunk (pushed values in the working dtype).
+    round: PartRound,
+}
+
+/// What placing a `PullAfter` asks for (`ServerCore::defer_pull`).
+enum Placed {
+    /// Answer it now, whole.
+    Now,
+    /// Answered as its round goes on; the chunks of that round completed already, to send
+    /// it now.
+    Deferred(Option<ChunkAnswers>),
+}
+
+/// Completed chunks of a sync round's new value and who gets each (`advance_dense`).
+struct ChunkAnswers {
+    /// The array holding the new value (the round's sum).
+    value: NDArray,
+    /// Each chunk's elements `(first, count)` and its requests.
+    chunks: Vec<((usize, usize), Vec<Request>)>,
 }
 
 /// A server's part of a row_sparse key.
@@ -266,28 +284,31 @@ impl ServerCore {
             _ => self.applying.wait_all(),
         }
         match msg {
-            Msg::Push { req, key, dtype, flags, len, data } => {
+            Msg::Push { req, key, dtype, flags, len, at, chunk, data } => {
                 super::failpoint::check_push(len as usize);
-                if flags & wire::PUSH_INIT == 0 {
+                if flags & wire::PUSH_INIT == 0 && at == 0 {
+                    // A push is counted at its first chunk: a pull waiting for it joins its
+                    // round then, and gets each chunk as the chunk's round completes.
                     *self.state.lock().push_counts.entry((key, source)).or_default() += 1;
                 }
-                if let Err(e) = self.push(source, req, key, dtype, flags, len as usize, data) {
+                if let Err(e) = self.push(source, req, key, dtype, flags, wire::Span { len, at, chunk }, data) {
                     self.reply(source, req, Err(e.message().to_string()));
                 }
                 self.release_pulls(source, key);
             }
             Msg::PullAfter { req, key, after } => {
-                let now = {
+                let placed = {
                     let mut state = self.state.lock();
                     if state.push_counts.get(&(key, source)).copied().unwrap_or(0) < after {
                         state.waiting_pulls.entry(key).or_default().push((source, after, req));
-                        false
+                        Placed::Deferred(None)
                     } else {
-                        !self.defer_pull(&mut state, source, req, key)
+                        self.defer_pull(&mut state, source, req, key)
                     }
                 };
-                if now {
-                    self.pull(source, req, key);
+                match placed {
+                    Placed::Now => self.pull(source, req, key),
+                    Placed::Deferred(chunks) => self.answer_chunks(chunks),
                 }
             }
             Msg::Pull { req, key } => self.pull(source, req, key),
@@ -330,30 +351,38 @@ impl ServerCore {
             }
             Msg::Join { req } => self.join(source, req),
             Msg::Barrier { req, exit, placed } => self.barrier(source, req, exit, placed),
-            Msg::Reply { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
+            Msg::Reply { .. } | Msg::ReplyPart { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
         }
     }
 
     /// Places a `PullAfter` of `source` whose push has arrived: in that push's sync round
-    /// while it is open (answered by `finish_dense`, after the update); `false` when it is to
-    /// be answered now (the round has been applied, async mode, or no such round).
-    fn defer_pull(&self, state: &mut State, source: usize, req: u64, key: i32) -> bool {
+    /// while it is open (answered by `advance_dense`: chunk by chunk as the chunks' rounds
+    /// complete, the chunks completed already at once; or whole after the update); `Now` when
+    /// it is to be answered now (the round has been applied, async mode, or no such round).
+    fn defer_pull(&self, state: &mut State, source: usize, req: u64, key: i32) -> Placed {
         if !self.sync.load(Ordering::SeqCst) {
-            return false;
+            return Placed::Now;
         }
-        let Ok(worker) = state.members.active_worker(source, &|| format!("a pull of key {key}")) else { return false };
+        let Ok(worker) = state.members.active_worker(source, &|| format!("a pull of key {key}")) else { return Placed::Now };
         match state.entries.get_mut(&key) {
             Some(e) if e.round.has_pushed(worker) => {
-                e.round.defer_pull(Request { source, req, want_value: true, pull: true });
-                true
+                let pull = Request { source, req, want_value: true, pull: true, chunk: None };
+                e.round.defer_pull(pull);
+                if e.round.decided() != Some(Answering::Streamed) {
+                    return Placed::Deferred(None);
+                }
+                let chunks = e.round.completed().into_iter().map(|i| (e.round.span(i), vec![pull])).collect();
+                Placed::Deferred(e.merged.clone().map(|value| ChunkAnswers { value, chunks }))
             }
-            _ => false,
+            _ => Placed::Now,
         }
     }
 
     /// After a push of `source`: places the `PullAfter`s that waited for it.
     fn release_pulls(&self, source: usize, key: i32) {
-        let now: Vec<u64> = {
+        let mut now = Vec::new();
+        let mut chunks = Vec::new();
+        {
             let mut guard = self.state.lock();
             let state = &mut *guard;
             let Some(list) = state.waiting_pulls.get_mut(&key) else { return };
@@ -369,8 +398,16 @@ impl ServerCore {
             if list.is_empty() {
                 state.waiting_pulls.remove(&key);
             }
-            due.into_iter().filter(|&req| !self.defer_pull(state, source, req, key)).collect()
-        };
+            for req in due {
+                match self.defer_pull(state, source, req, key) {
+                    Placed::Now => now.push(req),
+                    Placed::Deferred(c) => chunks.push(c),
+                }
+            }
+        }
+        for c in chunks {
+            self.answer_chunks(c);
+        }
         for req in now {
             self.pull(source, req, key);
         }
@@ -482,7 +519,7 @@ impl ServerCore {
         let st = &mut *state;
         let e = st.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
         crate::ensure!(e.dtype == dtype && e.row_len == row_len, "key {key}: row_sparse push of {} rows of {row_len}, the key holds {} rows of {}", dtype.name(), e.dtype.name(), e.row_len);
-        let request = Request { source, req, want_value: false, pull: false };
+        let request = Request { source, req, want_value: false, pull: false, chunk: None };
         let value = (ids.to_vec(), cast_buffer(dtype, data, work)?.bytes().to_vec());
         if !sync {
             crate::ensure!(updater, "Updater needs to be set for async mode (key {key})");
@@ -551,9 +588,11 @@ impl ServerCore {
         Ok(())
     }
 
+    /// A dense push (the whole part, or one chunk of it: `span`).
     #[allow(clippy::too_many_arguments)]
-    fn push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, len: usize, data: &[u8]) -> Result<()> {
+    fn push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, span: wire::Span, data: &[u8]) -> Result<()> {
         let dtype = DType::from_code(dtype)?;
+        let (len, at) = (span.len as usize, span.at as usize);
         let mut state = self.state.lock();
         let worker = state.members.active_worker(source, &|| format!("a push of key {key}"))?;
         let mp = state.multi_precision && dtype != DType::Float32;
@@ -563,14 +602,21 @@ impl ServerCore {
         let recv: Cow<[u8]> = if flags & wire::PUSH_COMPRESSED != 0 {
             let gc = state.compression.ok_or_else(|| crate::Error::new("a compressed push reached a server without compression parameters"))?;
             crate::ensure!(dtype == DType::Float32, "compressed pushes must be float32");
+            crate::ensure!(span == wire::Span::whole(span.len), "compressed pushes are sent whole, not in chunks");
             crate::ensure!(data.len() == gc.packed_bytes(len), "compressed push of {} bytes for {len} values", data.len());
             let mut out = vec![0f32; len];
             byte_kernels().decompress(&gc, data, &mut out);
             Cow::Owned(bytemuck::cast_slice(&out).to_vec())
         } else {
-            crate::ensure!(data.len() == len * dtype.size(), "push of {} bytes for {len} {} values", data.len(), dtype.name());
+            let n = data.len() / dtype.size();
+            crate::ensure!(
+                data.len() % dtype.size() == 0 && at.checked_add(n).is_some_and(|end| end <= len) && (span.chunk != 0 || (at == 0 && n == len)),
+                "push of {} bytes at element {at} for {len} {} values",
+                data.len(),
+                dtype.name()
+            );
             if mp {
-                let mut out = vec![0u8; len * 4];
+                let mut out = vec![0u8; n * 4];
                 byte_kernels().copy_cast(dtype, data, DType::Float32, &mut out, 1);
                 Cow::Owned(out)
             } else {
@@ -580,6 +626,7 @@ impl ServerCore {
         crate::ensure!(!state.rsp.contains_key(&key), "key {key} holds a row_sparse value on this server");
         if !state.entries.contains_key(&key) {
             // The first push of a key is its init.
+            crate::ensure!(span.chunk == 0, "key {key}: an init push is sent whole, not in chunks");
             let stored = NDArray::zeros(&[len], STORE_CONTEXT, work_dtype)?;
             write_now(&stored, |d| d.copy_from_slice(&recv))?;
             let stored_dtype = if mp {
@@ -589,7 +636,7 @@ impl ServerCore {
             } else {
                 None
             };
-            let round = Round::new(self.num_workers, self.order);
+            let round = PartRound::new(self.num_workers, self.order, len);
             state.entries.insert(key, Entry { dtype, stored, stored_dtype, merged: None, round });
             drop(state);
             self.reply(source, req, Ok(&[]));
@@ -599,27 +646,105 @@ impl ServerCore {
         let st = &mut *state;
         let e = st.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
         crate::ensure!(e.dtype == dtype && e.stored.size() == len, "key {key}: push of {len} {} values, the key holds {} {}", dtype.name(), e.stored.size(), e.dtype.name());
-        let request = Request { source, req, want_value: flags & wire::PUSH_PULL != 0, pull: false };
+        let want_value = flags & wire::PUSH_PULL != 0;
         if !sync {
+            crate::ensure!(span.chunk == 0, "key {key}: dist_async pushes are sent whole, not in chunks");
             crate::ensure!(self.updater.read().is_some(), "Updater needs to be set for async mode (key {key})");
-            e.fold_first(&recv)?;
-            return self.finish_dense(state, key, vec![request]);
+            e.fold_whole(&recv)?;
+            return self.finish_dense(state, key, vec![Request { source, req, want_value, pull: false, chunk: None }]);
         }
-        if e.round.arrive(worker, request, st.members.joined())? {
-            e.add_push(&recv)?;
+        let index = e.round.chunk_of(at, recv.len() / work_dtype.size(), span.chunk as usize)?;
+        let chunk = e.round.chunked().then(|| e.round.span(index));
+        let request = Request { source, req, want_value, pull: false, chunk };
+        if e.round.arrive(index, worker, request, st.members.joined())? {
+            e.fold_chunk(index, &recv)?;
         } else {
-            e.round.hold(worker, recv.into_owned());
+            e.round.hold(index, worker, recv.into_owned());
         }
-        self.advance_dense(state, key)
+        self.advance_dense(state, key, Some(index))
     }
 
-    /// As [`ServerCore::advance_rsp`], for a dense key.
-    fn advance_dense(&self, mut guard: MutexGuard<State>, key: i32) -> Result<()> {
+    /// Folds the held pushes of `key`'s sync round that are due (of chunk `which`, or of
+    /// every chunk), and ends the rounds of the chunks every worker has pushed (or joined
+    /// without pushing). A round without an updater answers each completed chunk at once
+    /// (`chunks::Answering::Streamed`): its pushes, and the pulls waiting for the round, get
+    /// that chunk, and the part's sum becomes the stored value when its last chunk completes.
+    /// Otherwise the part is updated and answered whole once every chunk is in
+    /// (`finish_dense`).
+    fn advance_dense(&self, mut guard: MutexGuard<State>, key: i32, which: Option<usize>) -> Result<()> {
+        let updater = self.updater.read().is_some();
         let state = &mut *guard;
+        let joined = state.members.joined();
         let e = state.entries.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
-        match advance(e, state.members.joined())? {
-            Some(requests) => self.finish_dense(guard, key, requests),
-            None => Ok(()),
+        let indices = match which {
+            Some(i) => i..i + 1,
+            None => 0..e.round.count(),
+        };
+        let mut streamed = Vec::new();
+        for index in indices {
+            for v in e.round.ready(index, joined) {
+                e.fold_chunk(index, &v)?;
+            }
+            let Some(requests) = e.round.complete_chunk(index, joined) else { continue };
+            let refreshes_copy = e.stored_dtype.is_some();
+            match e.round.answering(|| !updater && !refreshes_copy) {
+                Answering::Streamed => {
+                    let mut to = requests;
+                    to.extend_from_slice(e.round.pulls());
+                    streamed.push((e.round.span(index), to));
+                }
+                Answering::Whole => e.round.keep(requests),
+            }
+        }
+        let answers = match (streamed.is_empty(), &e.merged) {
+            (false, Some(value)) => Some(ChunkAnswers { value: value.clone(), chunks: streamed }),
+            (false, None) => crate::bail!("a finished round without a sum"),
+            (true, _) => None,
+        };
+        if !e.round.complete() {
+            drop(guard);
+            self.answer_chunks(answers);
+            return Ok(());
+        }
+        let answering = e.round.decided();
+        // The pulls a streamed round held have had every chunk.
+        let requests = e.round.finish();
+        if answering == Some(Answering::Streamed) {
+            // The round's sum becomes the stored value, and the old one the next round's sum
+            // (see `finish_dense`), before the last chunk's answers go.
+            let merged = e.merged.take().ok_or_else(|| crate::Error::new("a finished round without a sum"))?;
+            e.merged = Some(std::mem::replace(&mut e.stored, merged));
+            drop(guard);
+            self.answer_chunks(answers);
+            return Ok(());
+        }
+        self.finish_dense(guard, key, requests)
+    }
+
+    /// Sends completed chunks of a round's value (see `advance_dense`): a pull gets a
+    /// `ReplyPart` of the chunk, a push of the chunk its answer (with the chunk for a
+    /// push-pull).
+    fn answer_chunks(&self, answers: Option<ChunkAnswers>) {
+        let Some(ChunkAnswers { value, chunks }) = answers else { return };
+        let esz = value.dtype().size();
+        let sent = read_now(&value, |bytes| {
+            for ((first, count), requests) in &chunks {
+                let chunk = &bytes[first * esz..(first + count) * esz];
+                for r in requests {
+                    if r.pull {
+                        let mut msg = wire::reply_part_header(r.req, (first * esz) as u64, chunk.len());
+                        msg.extend_from_slice(chunk);
+                        self.node.send_owned(r.source, msg, false);
+                    } else {
+                        self.reply(r.source, r.req, Ok(if r.want_value { chunk } else { &[] }));
+                    }
+                }
+            }
+        });
+        if let Err(e) = sent {
+            for r in chunks.iter().flat_map(|(_, rs)| rs) {
+                self.reply(r.source, r.req, Err(e.message().to_string()));
+            }
         }
     }
 
@@ -674,6 +799,7 @@ impl ServerCore {
             read_now(&stored, |s| write_now(sd, |d| byte_kernels().copy_cast(DType::Float32, s, *dtype, d, 1)))??;
         }
         let answer = stored_dtype.map_or(stored, |(sd, _)| sd);
+        let esz = answer.dtype().size();
         read_now(&answer, |value| {
             // A value up to `OWN_COPY_MAX` bytes goes to each request in its own copy, sent
             // without waiting; a larger one is encoded once for every push-pull of the round,
@@ -684,6 +810,11 @@ impl ServerCore {
             for r in requests {
                 if !r.want_value {
                     self.reply(r.source, r.req, Ok(&[]));
+                    continue;
+                }
+                if let Some((first, count)) = r.chunk {
+                    // A push-pull of one chunk gets that chunk of the value.
+                    self.reply(r.source, r.req, Ok(&value[first * esz..(first + count) * esz]));
                     continue;
                 }
                 if r.pull || !shared {
@@ -718,7 +849,7 @@ impl ServerCore {
             )
         };
         for key in dense {
-            if let Err(e) = self.advance_dense(self.state.lock(), key) {
+            if let Err(e) = self.advance_dense(self.state.lock(), key, None) {
                 eprintln!("libkvstore: completing the round of key {key} after a join failed: {e}");
             }
         }
@@ -748,40 +879,35 @@ impl ServerCore {
     }
 }
 
-impl Folds for Entry {
-    type Value = Vec<u8>;
-
-    fn round(&mut self) -> &mut Round<Vec<u8>> {
-        &mut self.round
-    }
-
-    fn fold(&mut self, value: Vec<u8>) -> Result<()> {
-        self.add_push(&value)
-    }
-}
-
 impl Entry {
-    /// Adds a pushed value (in the working dtype) to the round's sum.
-    fn add_push(&mut self, value: &[u8]) -> Result<()> {
-        if self.round.start_fold() {
-            return self.fold_first(value);
-        }
-        let merged = self.merged.as_ref().ok_or_else(|| crate::Error::new("a round's sum vanished"))?;
+    /// Adds a pushed chunk `index` (in the working dtype) to its round's sum (copies it, for
+    /// the chunk round's first).
+    fn fold_chunk(&mut self, index: usize, value: &[u8]) -> Result<()> {
+        let first = self.round.start_fold(index);
         let work = self.stored.dtype();
-        write_now(merged, |d| byte_kernels().add(work, d, value))
+        let at = self.round.span(index).0 * work.size();
+        let merged = self.merged()?;
+        write_now(&merged, |d| match d.get_mut(at..at + value.len()) {
+            Some(dst) if first => Ok(dst.copy_from_slice(value)),
+            Some(dst) => Ok(byte_kernels().add(work, dst, value)),
+            None => Err(crate::Error::new(format!("a chunk of {} bytes at byte {at} of a {}-byte part", value.len(), d.len()))),
+        })?
     }
 
-    /// Starts the round's sum with `value`.
-    fn fold_first(&mut self, value: &[u8]) -> Result<()> {
-        let merged = match &self.merged {
-            Some(m) => m.clone(),
-            None => {
-                let m = NDArray::zeros(&[self.stored.size()], STORE_CONTEXT, self.stored.dtype())?;
-                self.merged = Some(m.clone());
-                m
-            }
-        };
+    /// Starts the sum with a whole pushed value (an async push).
+    fn fold_whole(&mut self, value: &[u8]) -> Result<()> {
+        let merged = self.merged()?;
         write_now(&merged, |d| d.copy_from_slice(value))
+    }
+
+    /// The array of the round's sum (made at the key's first round).
+    fn merged(&mut self) -> Result<NDArray> {
+        if let Some(m) = &self.merged {
+            return Ok(m.clone());
+        }
+        let m = NDArray::zeros(&[self.stored.size()], STORE_CONTEXT, self.stored.dtype())?;
+        self.merged = Some(m.clone());
+        Ok(m)
     }
 }
 

@@ -14,6 +14,36 @@ pub struct Part {
     pub len: usize,
 }
 
+/// One message of a dense push: elements `at..at + len` of part `part`, which is pushed in
+/// chunks of `chunk` elements (0: whole, one message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub part: usize,
+    pub at: usize,
+    pub len: usize,
+    pub chunk: usize,
+}
+
+/// The messages of a push of `parts`: a part longer than `chunk` elements in chunks of
+/// `chunk` (the last takes the rest), in order; the others whole (`chunk` 0: all whole).
+pub fn pieces(parts: &[Part], chunk: usize) -> Vec<Piece> {
+    let mut out = Vec::with_capacity(parts.len());
+    for (part, p) in parts.iter().enumerate() {
+        if chunk == 0 || p.len <= chunk {
+            out.push(Piece { part, at: 0, len: p.len, chunk: 0 });
+            continue;
+        }
+        out.extend((0..p.len).step_by(chunk).map(|at| Piece { part, at, len: chunk.min(p.len - at), chunk }));
+    }
+    out
+}
+
+/// `KVSTORE_DIST_CHUNK_BYTES`: the size of the chunks a worker pushes a big part of a sync
+/// round in (default 1 MiB; 0: whole parts). Every worker of a job must use the same.
+pub fn chunk_bytes() -> usize {
+    std::env::var("KVSTORE_DIST_CHUNK_BYTES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1 << 20)
+}
+
 /// MXNet's `MXNET_KVSTORE_BIGARRAY_BOUND` (elements), default 1e6.
 pub fn bigarray_bound() -> usize {
     std::env::var("MXNET_KVSTORE_BIGARRAY_BOUND").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1_000_000)
@@ -221,6 +251,15 @@ mod tests {
     fn mxnet_part_size(n: usize, s: usize, i: usize) -> usize {
         let r = |x: f64| x.round() as usize;
         r(n as f64 / s as f64 * (i + 1) as f64) - r(n as f64 / s as f64 * i as f64)
+    }
+
+    #[test]
+    fn parts_longer_than_a_chunk_go_in_chunks() {
+        let parts = [Part { server: 0, offset: 0, len: 10 }, Part { server: 1, offset: 10, len: 4 }];
+        let at = |v: Vec<Piece>| v.iter().map(|p| (p.part, p.at, p.len, p.chunk)).collect::<Vec<_>>();
+        assert_eq!(at(pieces(&parts, 4)), vec![(0, 0, 4, 4), (0, 4, 4, 4), (0, 8, 2, 4), (1, 0, 4, 0)]);
+        assert_eq!(at(pieces(&parts, 0)), vec![(0, 0, 10, 0), (1, 0, 4, 0)]);
+        assert_eq!(at(pieces(&parts, 5)), vec![(0, 0, 5, 5), (0, 5, 5, 5), (1, 0, 4, 0)]);
     }
 
     #[test]

@@ -14,8 +14,11 @@ pub const PUSH_COMPRESSED: u8 = 4;
 /// A message.
 #[derive(Debug, PartialEq)]
 pub enum Msg<'a> {
-    /// Worker to server: a part of a key's value.
-    Push { req: u64, key: i32, dtype: i32, flags: u8, len: u64, data: &'a [u8] },
+    /// Worker to server: a part of a key's value (`len` elements), whole or one chunk of it:
+    /// `data` holds the elements from `at` of the part pushed in chunks of `chunk` elements
+    /// (`chunk` 0: the part is pushed whole, `at` is 0). A sync round of a part pushed in
+    /// chunks is summed chunk by chunk, and each chunk answered as its round completes.
+    Push { req: u64, key: i32, dtype: i32, flags: u8, len: u64, at: u64, chunk: u64, data: &'a [u8] },
     /// Worker to server: send the stored part back.
     Pull { req: u64, key: i32 },
     /// Worker to server: send the part back once this worker's push number `after` of the
@@ -30,6 +33,9 @@ pub enum Msg<'a> {
     HasUpdater { req: u64 },
     /// Server to worker: the answer to request `req`; `ok` false carries an error message.
     Reply { req: u64, ok: bool, data: &'a [u8] },
+    /// Server to worker: a piece of the value answering pull `req`, from byte `at` of the
+    /// part; the pull is answered once every byte of its part has come (or a `Reply` has).
+    ReplyPart { req: u64, at: u64, data: &'a [u8] },
     /// Worker to server: rows of a row_sparse key's part (`part_rows` rows of `row_len`
     /// elements); `ids` are relative to the part's first row, `data` holds those rows.
     RspPush { req: u64, key: i32, dtype: i32, flags: u8, part_rows: u64, row_len: u64, ids: Vec<i64>, data: &'a [u8] },
@@ -55,6 +61,7 @@ const RSP_PULL: u8 = 7;
 const JOIN: u8 = 8;
 const BARRIER: u8 = 9;
 const PULL_AFTER: u8 = 10;
+const REPLY_PART: u8 = 11;
 
 fn put_ids(m: &mut Vec<u8>, ids: &[i64]) {
     m.extend_from_slice(&(ids.len() as u64).to_le_bytes());
@@ -78,24 +85,51 @@ pub fn rsp_push_header(req: u64, key: i32, dtype: i32, flags: u8, part_rows: u64
     m
 }
 
+/// Where a push's payload lies in its part: the part's `len` elements, the payload's first
+/// element `at`, and the chunk size the part is pushed in (0: whole).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub len: u64,
+    pub at: u64,
+    pub chunk: u64,
+}
+
+impl Span {
+    /// A whole part of `len` elements.
+    pub fn whole(len: u64) -> Span {
+        Span { len, at: 0, chunk: 0 }
+    }
+}
+
 /// A push's header, before its payload: the sender appends the payload itself, so a big part
 /// is copied once into the message.
-pub fn push_header(req: u64, key: i32, dtype: i32, flags: u8, len: u64, payload: usize) -> Vec<u8> {
-    let mut m = Vec::with_capacity(26 + payload);
+pub fn push_header(req: u64, key: i32, dtype: i32, flags: u8, span: Span, payload: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(42 + payload);
     m.push(PUSH);
     m.extend_from_slice(&req.to_le_bytes());
     m.extend_from_slice(&key.to_le_bytes());
     m.extend_from_slice(&dtype.to_le_bytes());
     m.push(flags);
-    m.extend_from_slice(&len.to_le_bytes());
+    m.extend_from_slice(&span.len.to_le_bytes());
+    m.extend_from_slice(&span.at.to_le_bytes());
+    m.extend_from_slice(&span.chunk.to_le_bytes());
+    m
+}
+
+/// A `ReplyPart`'s header, before its payload.
+pub fn reply_part_header(req: u64, at: u64, payload: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(17 + payload);
+    m.push(REPLY_PART);
+    m.extend_from_slice(&req.to_le_bytes());
+    m.extend_from_slice(&at.to_le_bytes());
     m
 }
 
 /// Encodes `msg`.
 pub fn encode(msg: &Msg) -> Vec<u8> {
     match msg {
-        Msg::Push { req, key, dtype, flags, len, data } => {
-            let mut m = push_header(*req, *key, *dtype, *flags, *len, data.len());
+        Msg::Push { req, key, dtype, flags, len, at, chunk, data } => {
+            let mut m = push_header(*req, *key, *dtype, *flags, Span { len: *len, at: *at, chunk: *chunk }, data.len());
             m.extend_from_slice(data);
             m
         }
@@ -129,6 +163,11 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             m.push(REPLY);
             m.extend_from_slice(&req.to_le_bytes());
             m.push(*ok as u8);
+            m.extend_from_slice(data);
+            m
+        }
+        Msg::ReplyPart { req, at, data } => {
+            let mut m = reply_part_header(*req, *at, data.len());
             m.extend_from_slice(data);
             m
         }
@@ -202,8 +241,8 @@ pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
     let mut r = Reader { bytes };
     Ok(match r.u8()? {
         PUSH => {
-            let (req, key, dtype, flags, len) = (r.u64()?, r.i32()?, r.i32()?, r.u8()?, r.u64()?);
-            Msg::Push { req, key, dtype, flags, len, data: r.bytes }
+            let (req, key, dtype, flags, len, at, chunk) = (r.u64()?, r.i32()?, r.i32()?, r.u8()?, r.u64()?, r.u64()?, r.u64()?);
+            Msg::Push { req, key, dtype, flags, len, at, chunk, data: r.bytes }
         }
         PULL => Msg::Pull { req: r.u64()?, key: r.i32()? },
         PULL_AFTER => Msg::PullAfter { req: r.u64()?, key: r.i32()?, after: r.u64()? },
@@ -215,6 +254,10 @@ pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
         REPLY => {
             let (req, ok) = (r.u64()?, r.u8()? != 0);
             Msg::Reply { req, ok, data: r.bytes }
+        }
+        REPLY_PART => {
+            let (req, at) = (r.u64()?, r.u64()?);
+            Msg::ReplyPart { req, at, data: r.bytes }
         }
         RSP_PUSH => {
             let (req, key, dtype, flags, part_rows, row_len) = (r.u64()?, r.i32()?, r.i32()?, r.u8()?, r.u64()?, r.u64()?);
@@ -239,13 +282,15 @@ mod tests {
     fn messages_round_trip() {
         let data = [1u8, 2, 3, 4, 5, 6, 7, 8];
         let msgs = [
-            Msg::Push { req: 7, key: -3, dtype: 2, flags: PUSH_INIT | PUSH_PULL, len: 4, data: &data },
+            Msg::Push { req: 7, key: -3, dtype: 2, flags: PUSH_INIT | PUSH_PULL, len: 4, at: 0, chunk: 0, data: &data },
+            Msg::Push { req: 8, key: 3, dtype: 0, flags: 0, len: 10, at: 8, chunk: 4, data: &data },
             Msg::Pull { req: u64::MAX, key: 12 },
             Msg::PullAfter { req: 5, key: -7, after: 3 },
             Msg::Command { req: 1, id: 0, body: b"hello" },
             Msg::HasUpdater { req: 9 },
             Msg::Reply { req: 3, ok: false, data: b"no" },
             Msg::Reply { req: 4, ok: true, data: &[] },
+            Msg::ReplyPart { req: 5, at: 1 << 40, data: &data },
             Msg::RspPush { req: 5, key: 9, dtype: 0, flags: 0, part_rows: 6, row_len: 2, ids: vec![0, 5], data: &data },
             Msg::RspPull { req: 6, key: 9, ids: vec![] },
             Msg::RspPull { req: 7, key: 9, ids: vec![1, 3, 4] },

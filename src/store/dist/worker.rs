@@ -154,11 +154,19 @@ struct Asked {
     /// The server's world rank.
     server: usize,
     what: What,
+    /// A pull's bytes not yet answered: a pull answered in pieces (`ReplyPart`, one per
+    /// chunk of a part the server streams) is answered when they have all come.
+    left: usize,
 }
 
 impl Asked {
     fn new(pending: &Arc<Pending>, offset: usize, server: usize, what: What) -> Asked {
-        Asked { pending: Arc::clone(pending), offset, server, what }
+        Asked { pending: Arc::clone(pending), offset, server, what, left: 0 }
+    }
+
+    /// A pull of `bytes` bytes.
+    fn pulling(self, bytes: usize) -> Asked {
+        Asked { left: bytes, ..self }
     }
 }
 
@@ -184,6 +192,8 @@ pub struct Worker {
     /// World ranks of the servers, by server rank.
     servers: Vec<usize>,
     bound: usize,
+    /// `KVSTORE_DIST_CHUNK_BYTES`: big parts of sync pushes go in chunks of this size.
+    chunk_bytes: usize,
     state: Mutex<State>,
     pending: PendingMap,
     next_req: AtomicU64,
@@ -226,6 +236,7 @@ impl Worker {
             rank,
             servers,
             bound: shard::bigarray_bound(),
+            chunk_bytes: shard::chunk_bytes(),
             state: Mutex::new(State {
                 keys: HashMap::new(),
                 balance,
@@ -337,7 +348,9 @@ impl Worker {
         let Some((key, dtype, parts)) = parts else { return };
         for p in parts {
             let data = vec![0u8; p.len * dtype.size()];
-            let pending = self.ask(&[self.servers[p.server]], What::Push { key, pull: false }, |req| wire::encode(&Msg::Push { req, key, dtype: dtype.code(), flags: 0, len: p.len as u64, data: &data }));
+            let pending = self.ask(&[self.servers[p.server]], What::Push { key, pull: false }, |req| {
+                wire::encode(&Msg::Push { req, key, dtype: dtype.code(), flags: 0, len: p.len as u64, at: 0, chunk: 0, data: &data })
+            });
             let refusal = pending.errors.lock().first().cloned();
             match refusal {
                 Some(e) => eprintln!("libkvstore: test push after join: refused: {e}"),
@@ -375,9 +388,14 @@ impl Worker {
         };
         let held = values.clone();
         let reads: Vec<&crate::engine::Var> = held.iter().map(|v| v.var()).collect();
+        // A big part of a sync round goes in chunks (not a compressed or init push), so that
+        // its server sums and answers each chunk while the next is on the wire (`chunks`).
+        let esz = values.first().map_or(1, |v| v.dtype().size());
+        let chunked = self.mode.sync && compression.is_none() && flags & wire::PUSH_INIT == 0 && self.chunk_bytes > 0;
+        let pieces = shard::pieces(parts, if chunked { (self.chunk_bytes / esz).max(1) } else { 0 });
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
-        let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
+        let next_req = self.next_req.fetch_add(pieces.len() as u64, Ordering::Relaxed);
         let order = self.sum_order();
         let target = comm.clone();
         let delay = super::failpoint::push_delay(self.rank);
@@ -389,14 +407,14 @@ impl Worker {
             std::thread::sleep(delay);
             let kernels = byte_kernels();
             let dtype = values[0].dtype();
-            let esz = dtype.size();
             let want_data = flags & wire::PUSH_PULL != 0;
-            let pending = Pending::new(parts.len(), Some(done), want_data.then_some(target));
+            let pending = Pending::new(pieces.len(), Some(done), want_data.then_some(target));
             {
                 let mut map = pending_map.lock();
                 let what = What::Push { key, pull: want_data };
-                for (i, p) in parts.iter().enumerate() {
-                    map.insert(next_req + i as u64, Asked::new(&pending, p.offset * esz, servers[p.server], what.clone()));
+                for (i, c) in pieces.iter().enumerate() {
+                    let p = &parts[c.part];
+                    map.insert(next_req + i as u64, Asked::new(&pending, (p.offset + c.at) * esz, servers[p.server], what.clone()));
                 }
             }
             let send_parts = |merged: &[u8]| {
@@ -404,19 +422,23 @@ impl Worker {
                 if compression.is_some() && residual.len() != merged.len() / 4 {
                     *residual = vec![0.0; merged.len() / 4];
                 }
-                for (i, p) in parts.iter().enumerate() {
-                    let bytes = &merged[p.offset * esz..(p.offset + p.len) * esz];
+                for (i, c) in pieces.iter().enumerate() {
+                    let p = &parts[c.part];
+                    let span = wire::Span { len: p.len as u64, at: c.at as u64, chunk: c.chunk as u64 };
+                    let (first, end) = (p.offset + c.at, p.offset + c.at + c.len);
+                    let bytes = &merged[first * esz..end * esz];
                     let msg = match compression {
+                        // Compressed pushes go whole (`chunked` is off).
                         Some(gc) => {
                             let grad: &[f32] = crate::base::buffer::typed(bytes);
-                            let mut packed = vec![0u8; gc.packed_bytes(p.len)];
-                            kernels.compress(&gc, grad, &mut residual[p.offset..p.offset + p.len], &mut packed);
-                            let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, packed.len());
+                            let mut packed = vec![0u8; gc.packed_bytes(c.len)];
+                            kernels.compress(&gc, grad, &mut residual[first..end], &mut packed);
+                            let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, span, packed.len());
                             m.extend_from_slice(&packed);
                             m
                         }
                         None => {
-                            let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, p.len as u64, bytes.len());
+                            let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, span, bytes.len());
                             m.extend_from_slice(bytes);
                             m
                         }
@@ -558,7 +580,7 @@ impl Worker {
             {
                 let mut map = pending_map.lock();
                 for (i, p) in parts.iter().enumerate() {
-                    map.insert(next_req + i as u64, Asked::new(&pending, p.offset * esz, servers[p.server], What::Pull { key }));
+                    map.insert(next_req + i as u64, Asked::new(&pending, p.offset * esz, servers[p.server], What::Pull { key }).pulling(p.len * esz));
                 }
             }
             for (i, p) in parts.iter().enumerate() {
@@ -573,7 +595,7 @@ impl Worker {
             {
                 let mut map = pending_map.lock();
                 for (i, p) in parts.iter().enumerate() {
-                    map.insert(next_req + i as u64, Asked::new(&pending, p.offset * esz, servers[p.server], What::Pull { key }));
+                    map.insert(next_req + i as u64, Asked::new(&pending, p.offset * esz, servers[p.server], What::Pull { key }).pulling(p.len * esz));
                 }
             }
             for (i, p) in parts.iter().enumerate() {
@@ -789,21 +811,38 @@ fn write_at(target: &NDArray, offset: usize, data: &[u8]) {
 }
 
 /// A server's answer: fills the target at the part's offset, and finishes the request with
-/// its last answer.
+/// its last answer. A pull's answer may come in pieces (`ReplyPart`); its request is answered
+/// by the piece that completes it.
 fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
-    let Ok(Msg::Reply { req, ok, data }) = wire::decode(bytes) else {
-        eprintln!("libkvstore: a worker received a message that is not a reply; ignored");
-        return;
+    let (req, ok, at, data, whole) = match wire::decode(bytes) {
+        Ok(Msg::Reply { req, ok, data }) => (req, ok, 0, data, true),
+        Ok(Msg::ReplyPart { req, at, data }) => (req, true, at as usize, data, false),
+        _ => {
+            eprintln!("libkvstore: a worker received a message that is not a reply; ignored");
+            return;
+        }
     };
-    let Some(Asked { pending: p, offset, .. }) = pending.lock().remove(&req) else { return };
+    let (p, offset, last) = {
+        let mut map = pending.lock();
+        let Some(asked) = map.get_mut(&req) else { return };
+        asked.left = asked.left.saturating_sub(data.len());
+        let (p, offset, last) = (Arc::clone(&asked.pending), asked.offset, whole || asked.left == 0);
+        if last {
+            map.remove(&req);
+        }
+        (p, offset, last)
+    };
     if !ok {
         p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
     } else if let Some(t) = &p.target {
         if !data.is_empty() {
-            p.write(t, offset, data);
+            p.write(t, offset + at, data);
         }
     } else {
         p.answers.lock().push(data.to_vec());
+    }
+    if !last {
+        return;
     }
     if p.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
         // Under `finished`'s lock: an early pull's op installs its completion under it.

@@ -218,3 +218,52 @@ fn workers_that_init_different_keys_fail_the_init_instead_of_hanging() {
         }),
     );
 }
+
+/// Worker `rank`'s pushed value for round `round`: every element different, so that a chunk
+/// summed or answered at the wrong offset shows.
+fn varied(rank: usize, round: usize, n: usize) -> Vec<f32> {
+    (0..n).map(|j| (j % 1009) as f32 * 0.1 + rank as f32 * 0.37 + round as f32 * 1e-3).collect()
+}
+
+fn array_of(values: &[f32], shape: &[usize]) -> NDArray {
+    let a = NDArray::zeros(shape, Context::cpu(0), DType::Float32).unwrap();
+    a.copy_from_host(bytemuck::cast_slice(values)).unwrap();
+    a
+}
+
+#[test]
+fn big_parts_pushed_in_chunks_are_summed_in_rank_order_and_answered_chunk_by_chunk() {
+    assert!(std::env::var_os("KVSTORE_DIST_CHUNK_BYTES").is_none(), "this test assumes chunks of 1 MiB");
+    // 1001 * 1001 float32 values (4 MB) over 2 servers: parts of 2 MB, each pushed in two
+    // chunks; 3 workers, so a chunk that arrives before a lower rank's is held (rank order).
+    let shape = [1001, 1001];
+    let n = 1001 * 1001;
+    run_job(
+        &[Server, Worker, Worker, Server, Worker],
+        mode("dist_sync"),
+        plain_servers(),
+        Arc::new(move |store| {
+            let rank = store.rank() as usize;
+            store.init(Keys::Int(&[5]), &[filled(0.0, &shape)]).unwrap();
+            for round in 0..4 {
+                // The round's sum, in worker-rank order: ((w0 + w1) + w2), in float32.
+                let (w0, w1, w2) = (varied(0, round, n), varied(1, round, n), varied(2, round, n));
+                let expected: Vec<f32> = (0..n).map(|j| (w0[j] + w1[j]) + w2[j]).collect();
+                let mine = array_of(&varied(rank, round, n), &shape);
+                if round % 2 == 0 {
+                    store.push(Keys::Int(&[5]), vec![mine], 0).unwrap();
+                    let got = pull(store, 5, &shape);
+                    let bad = got.iter().zip(&expected).position(|(g, e)| g.to_bits() != e.to_bits());
+                    assert_eq!(bad, None, "round {round}: element {bad:?} differs");
+                } else {
+                    // A push-pull gets each chunk of its parts back with the chunk's answer.
+                    let out = filled(-1.0, &shape);
+                    store.push_pull(Keys::Int(&[5]), vec![mine], Keys::Int(&[5]), vec![out.clone()], 0).unwrap();
+                    let got = read(&out);
+                    let bad = got.iter().zip(&expected).position(|(g, e)| g.to_bits() != e.to_bits());
+                    assert_eq!(bad, None, "round {round} (push-pull): element {bad:?} differs");
+                }
+            }
+        }),
+    );
+}
