@@ -104,7 +104,7 @@ echo "lending, hosted:"; hosted timeout -k 5 300 "$py" tests/hosted/lending.py h
 echo "lending off (KVSTORE_HOSTED_ZERO_COPY=0):"
 KVSTORE_HOSTED_ZERO_COPY=0 hosted timeout -k 5 300 "$py" tests/hosted/lending.py hosted > "$out/lending.txt"; sed -n 2p "$out/lending.txt"
 echo "lending under NaiveEngine:"
-MXNET_ENGINE_TYPE=NaiveEngine hosted timeout -k 5 300 "$py" tests/hosted/lending.py hosted > "$out/lending.txt"; tail -1 "$out/lending.txt"
+MXNET_ENGINE_TYPE=NaiveEngine hosted timeout -k 5 300 "$py" tests/hosted/lending.py hosted naive > "$out/lending.txt"; tail -1 "$out/lending.txt"
 
 # A dist_sync training job, 2 workers + 1 server on loopback: pure MXNet (ps-lite) against
 # hosted mode on libkvstore's MPI store. ps-lite numbers its workers in no fixed order, so each
