@@ -31,8 +31,9 @@ atexit.register(shutil.rmtree, PROFILE_DIR, True)
 PROFILE = os.path.join(PROFILE_DIR, "profile.json")
 
 
-def profiled(calls):
-    """The host's count of operator invocations and CPU copies while `calls` runs."""
+def host_counts(calls, *names):
+    """The host profiler's count of each of `names` (operators, the store's ops) while `calls`
+    runs, then a wait for everything."""
     # A file of our own: MXNet's profiler unlinks its file when configured, which for os.devnull
     # as root replaces the machine's /dev/null with a regular file.
     mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=PROFILE)
@@ -42,7 +43,12 @@ def profiled(calls):
     mx.profiler.set_state("stop")
     table = mx.profiler.dumps(reset=True)
     count = lambda name: sum(int(l.split()[1]) for l in table.splitlines() if l.split()[:1] == [name])
-    return count("MXImperativeInvoke"), count("CopyCPU2CPU")
+    return tuple(count(n) for n in names)
+
+
+def profiled(calls):
+    """The host's count of operator invocations and CPU copies while `calls` runs."""
+    return host_counts(calls, "MXImperativeInvoke", "CopyCPU2CPU")
 
 
 # 1. No copy from an array's third call on.
@@ -197,13 +203,7 @@ for call in range(1, 9):
                 o[:] = g + 1                 # then overwritten by the pull
         kv9.pull(9, out=outs9)
     if hosted and call >= 4:
-        mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=PROFILE)
-        mx.profiler.set_state("run")
-        step9()
-        mx.nd.waitall()
-        mx.profiler.set_state("stop")
-        table = mx.profiler.dumps(reset=True)
-        pull_ops.append(sum(int(l.split()[1]) for l in table.splitlines() if l.split()[:1] == ["KVStorePull"]))
+        pull_ops += host_counts(step9, "KVStorePull")
     else:
         step9()
     for o in outs9:
