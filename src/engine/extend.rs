@@ -5,8 +5,8 @@
 //! The op may take over a variable only when nothing is pending on it: then no earlier op can
 //! still read or write it, and every later op on it is registered after this one and so waits
 //! for it, exactly as for a write the op had declared when it was scheduled. A variable with a
-//! pending op, a kept failure, or an op that has started (or runs in a host's engine) refuses,
-//! and the caller schedules an op of its own.
+//! pending op, a kept failure, or an op that has started refuses, and the caller schedules an
+//! op of its own. Where a host's engine runs the ops, see `host_extend`.
 
 use super::host_extend::{Detach, HostExtension};
 use super::{Engine, Op};

@@ -154,14 +154,17 @@ impl HostExtension {
         if let Some(why) = failure.as_ref() {
             engine.poison.record(&self.writes, &Failure::new(Error::new(why.clone())));
         }
-        if matches!(guard, Side::Held(_)) {
-            if let Side::Held(complete) = std::mem::replace(guard, Side::Gone) {
-                complete(failure.clone());
-            }
-        }
-        if matches!(reader, Side::Held(_)) {
-            if let Side::Held(complete) = std::mem::replace(reader, Side::Gone) {
-                complete(None);
+        guard.complete(failure.clone());
+        reader.complete(None);
+    }
+}
+
+impl Side {
+    /// Completes the host op if it is held (a queued one completes once it starts).
+    fn complete(&mut self, failure: Option<String>) {
+        if let Side::Held(_) = self {
+            if let Side::Held(complete) = std::mem::replace(self, Side::Gone) {
+                complete(failure);
             }
         }
     }

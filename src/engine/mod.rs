@@ -203,7 +203,7 @@ pub(crate) struct Op {
     extra_writes: Mutex<Vec<u64>>,
     /// Where the op runs in the host's engine: completes the host's op.
     host_completion: Mutex<Option<HostCompletion>>,
-    /// Where the op runs in the host's engine: the tokens it writes there.
+    /// Where the op runs in the host's engine and may be extended: the tokens it writes there.
     write_tokens: Mutex<Vec<usize>>,
     /// Its extensions in the host's engine (see [`host_extend`]).
     host_extensions: Mutex<Vec<Arc<host_extend::HostExtension>>>,
@@ -429,7 +429,7 @@ impl Engine {
         if let Some(host) = self.host_scheduler() {
             // The host orders it; its completion still ends the native waits on its variables.
             drop(deps);
-            self.schedule_on_host(host, reads, writes, op);
+            self.schedule_on_host(host, reads, writes, op, ticketed);
             return ticket;
         }
         for dep in deps {
@@ -450,12 +450,15 @@ impl Engine {
     }
 
     /// Queues `op` in the host's engine on its variables' tokens.
-    fn schedule_on_host(&'static self, host: &'static dyn Scheduler, reads: &[&Var], writes: &[&Var], op: Arc<Op>) {
+    /// With `extensible` (it has a ticket), the op keeps its write tokens (`host_extend`).
+    fn schedule_on_host(&'static self, host: &'static dyn Scheduler, reads: &[&Var], writes: &[&Var], op: Arc<Op>, extensible: bool) {
         let tokens = |vars: &[&Var]| vars.iter().map(|v| v.token(host)).collect::<Result<Vec<usize>>>();
         let start = OnHost { engine: self, op: Some(Arc::clone(&op)) };
         let pushed = tokens(reads).and_then(|r| {
             let (r, w) = scheduler::distinct(&r, &tokens(writes)?);
-            op.write_tokens.lock().clone_from(&w);
+            if extensible {
+                op.write_tokens.lock().clone_from(&w);
+            }
             host.push(&r, &w, op.priority, Box::new(move |complete, refusal| start.run(complete, refusal)))
         });
         if let Err(e) = pushed {

@@ -335,6 +335,19 @@ impl Host {
         Ok(out)
     }
 
+    /// New handles over `a` and `b` for an updater call (the frontend frees them); neither is
+    /// left made when the second cannot be.
+    pub fn shallow_copies(&self, a: NDArrayHandle, b: NDArrayHandle) -> Result<(NDArrayHandle, NDArrayHandle)> {
+        let first = self.shallow_copy(a)?;
+        match self.shallow_copy(b) {
+            Ok(second) => Ok((first, second)),
+            Err(e) => {
+                self.forget(first);
+                Err(e)
+            }
+        }
+    }
+
     /// Shape, dtype code and storage-type code of a host array.
     pub fn describe(&self, array: NDArrayHandle) -> Result<(Vec<i64>, c_int, c_int)> {
         let (mut ndim, mut dims, mut dtype, mut stype) = (0, std::ptr::null(), 0, 0);

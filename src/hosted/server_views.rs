@@ -30,14 +30,7 @@ impl ServerViews {
     pub fn update(&self, host: &Host, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) -> Result<()> {
         engine().run_sync(&[recv.var()], &[local.var()], || ())?;
         let (recv_view, local_view) = (self.over(host, recv)?, self.over(host, local)?);
-        let r = host.shallow_copy(recv_view)?;
-        let l = match host.shallow_copy(local_view) {
-            Ok(l) => l,
-            Err(e) => {
-                host.forget(r);
-                return Err(e);
-            }
-        };
+        let (r, l) = host.shallow_copies(recv_view, local_view)?;
         update(r, l);
         host.wait_to_write(local_view)?;
         host.wait_to_write(recv_view)

@@ -528,23 +528,11 @@ fn update_on_host(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, u
 }
 
 fn dense_update(host: &Host, views: &Views, recv: &NDArray, local: &NDArray, update: impl FnOnce(NDArrayHandle, NDArrayHandle)) -> Result<()> {
-    let recv_host = views.over(host, recv)?;
-    let local_host = views.over(host, local)?;
-    let call = || {
-        let r = host.shallow_copy(recv_host)?;
-        let l = match host.shallow_copy(local_host) {
-            Ok(l) => l,
-            Err(e) => {
-                host.release(r);
-                return Err(e);
-            }
-        };
-        update(r, l);
-        Ok(())
-    };
     // The views are the arrays' dependencies (`Views::over`): the host orders the updater's
     // ops with the store's.
-    call()
+    let (r, l) = host.shallow_copies(views.over(host, recv)?, views.over(host, local)?)?;
+    update(r, l);
+    Ok(())
 }
 
 /// The test-only negative control (`KVSTORE_HOSTED_TEST_DROP_SOURCE=1`): a key pushed several

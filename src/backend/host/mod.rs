@@ -297,13 +297,13 @@ fn run_copy_batch(outs: &[NDArray], batch: &[CopyJob], env: &OpEnv) -> Result<()
     Ok(())
 }
 
-/// Copies `src` into every `dst`, reading `src` once per block while writing all outputs.
 /// `dsts[i] = src` now, on the calling thread, inside an op that holds them both (a pull's
 /// copies its push's sum could not write, see [`super::PullTail::take_back`]).
 pub(crate) fn copy_now(src: &NDArray, dsts: &[NDArray]) -> Result<()> {
     run_copies(src, dsts, engine().thread_budget())
 }
 
+/// Copies `src` into every `dst`, reading `src` once per block while writing all outputs.
 fn run_copies(src: &NDArray, dsts: &[NDArray], threads: usize) -> Result<()> {
     // Sparse sides, and outputs sharing memory with the source or with each other, take the
     // general path.
