@@ -9,7 +9,9 @@
  * Prints seconds per iteration (median) and the ratio to the limit. Goals on one H100: big
  * <= 1.15x, resnet50 <= 1.5x, small <= 3x the copy limit; latency <= 30 us; cpu->gpu pushes
  * >= 80% of pinned H2D bandwidth. Without a GPU it prints a skip line and exits 0.
- * usage: gpubench [--iters N] [--workload NAME]...   (built by scripts/gpu-bundle.sh) */
+ * --trace DIR: the last measured iteration of each workload's GPU run is recorded by the
+ * profiler (MXNet's profiler C API) and dumped to DIR/<workload>.json as a Chrome trace.
+ * usage: gpubench [--iters N] [--trace DIR] [--workload NAME]...   (built by scripts/gpu-bundle.sh) */
 #define _POSIX_C_SOURCE 200809L
 #include "../ctests/common.h"
 #include <dlfcn.h>
@@ -115,6 +117,8 @@ static int measure_limits(size_t bytes, double *d2d_s, double *h2d_gbs) {
 }
 
 /* ---- the measured iterations --------------------------------------------------------- */
+static const char *trace_dir = NULL;
+
 static double run(const char *name, int from_cpu, int n_gpus, int iters) {
   KVStoreHandle kv;
   CHECK(MXKVStoreCreate("device", &kv));
@@ -136,12 +140,25 @@ static double run(const char *name, int from_cpu, int n_gpus, int iters) {
   }
   uint32_t total = (uint32_t)(nkeys * values);
   double *t = malloc(sizeof(double) * (size_t)iters);
+  char trace_path[4096];
+  int traced_run = trace_dir && !from_cpu;
+  if (traced_run) snprintf(trace_path, sizeof trace_path, "%s/%s.json", trace_dir, name);
   for (int it = -3; it < iters; it++) {
+    int traced = traced_run && it == iters - 1;
+    if (traced) {
+      const char *k[] = {"filename", "profile_all", "continuous_dump"}, *v[] = {trace_path, "True", "False"};
+      CHECK(MXSetProfilerConfig(3, k, v));
+      CHECK(MXSetProfilerState(1));
+    }
     double t0 = now();
     CHECK(MXKVStorePush(kv, total, keys, vals, 0));
     CHECK(MXKVStorePull(kv, total, keys, outs, 0));
     CHECK(MXNDArrayWaitAll());
     if (it >= 0) t[it] = now() - t0;
+    if (traced) {
+      CHECK(MXSetProfilerState(0));
+      CHECK(MXDumpProfile(1));
+    }
   }
   qsort(t, (size_t)iters, sizeof t[0], cmp_double);
   double median = t[iters / 2];
@@ -157,7 +174,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--workload") && i + 1 < argc && n_names < 8) names[n_names++] = argv[++i];
-    else { fprintf(stderr, "usage: %s [--iters N] [--workload NAME]...\n", argv[0]); return 2; }
+    else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace_dir = argv[++i];
+    else { fprintf(stderr, "usage: %s [--iters N] [--trace DIR] [--workload NAME]...\n", argv[0]); return 2; }
   }
   if (n_names == 0) { names[0] = "resnet50"; names[1] = "big"; names[2] = "small"; names[3] = "latency"; n_names = 4; }
   if (iters < 1) iters = 1;

@@ -38,7 +38,8 @@ __device__ __forceinline__ void fused_one(const KeyDesc& d, const u64* srcs, u64
   }
 }
 
-extern "C" __global__ void fused_sum(const KeyDesc* table, u32 n_desc, u32 elems_per_block) {
+// Block blockIdx.x's share of the table's work.
+__device__ __forceinline__ void fused_block(const KeyDesc* table, u32 n_desc, u32 elems_per_block) {
   u64 block = blockIdx.x;
   u32 lo = 0, hi = n_desc;
   while (hi - lo > 1) {
@@ -60,4 +61,14 @@ extern "C" __global__ void fused_sum(const KeyDesc* table, u32 n_desc, u32 elems
     case DT_INT64: fused_one<i64>(d, srcs, begin, end); break;
     default: break;
   }
+}
+
+extern "C" __global__ void fused_sum(const KeyDesc* table, u32 n_desc, u32 elems_per_block) {
+  fused_block(table, n_desc, elems_per_block);
+}
+
+// Small copies within one GPU: the same table, one source per entry, moved in the widest
+// integer type that fits (named apart so that traces tell copies from sums).
+extern "C" __global__ void fused_copy(const KeyDesc* table, u32 n_desc, u32 elems_per_block) {
+  fused_block(table, n_desc, elems_per_block);
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine runs into the git-ignored folder .gpu-bundle/ (no Rust toolchain
 # or package registry is needed there): the release libkvstore.so, the C programs
-# ctests/gpu_diff.c, ctests/gpu_nccl.c and ctests/gpu_absent.c, benches/gpubench.c (rpath $ORIGIN/../lib), and
-# scripts/test-gpu.sh. Hand the folder to the device machine (the device tool's `carry`:
+# ctests/gpu_diff.c, ctests/gpu_nccl.c, ctests/gpu_absent.c and ctests/gpu_standin.c, benches/gpubench.c
+# (rpath $ORIGIN/../lib), the driver-call tracer ctests/cuda_audit.c, and scripts/test-gpu.sh. Hand the folder to the device machine (the device tool's `carry`:
 # [".gpu-bundle"]) and run `bash .gpu-bundle/test-gpu.sh [--bench]` there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,9 +14,11 @@ cp target/release/libkvstore.so "$out/lib/"
 # The programs record the SONAME (libkvstore.so.<major>, build.rs), as they do when linked to an install.
 soname=$(readelf -d target/release/libkvstore.so | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 ln -sf libkvstore.so "$out/lib/$soname"
-for p in ctests/gpu_diff ctests/gpu_nccl ctests/gpu_absent benches/gpubench; do
-  cc -std=c11 -O1 -g -Wall -Wextra -Werror -I include "$p.c" -L "$out/lib" -lkvstore -ldl \
+for p in ctests/gpu_diff ctests/gpu_nccl ctests/gpu_absent ctests/gpu_standin benches/gpubench; do
+  cc -std=c11 -O1 -g -Wall -Wextra -Werror -I include "$p.c" -L "$out/lib" -lkvstore -ldl -lm \
     -Wl,-rpath,'$ORIGIN/../lib' -o "$out/bin/$(basename "$p")"
 done
+# The driver-call tracer for the steady-loop allocation check (LD_AUDIT).
+cc -std=c11 -O1 -g -Wall -Wextra -Werror -shared -fPIC ctests/cuda_audit.c -o "$out/lib/cuda_audit.so"
 cp scripts/test-gpu.sh "$out/"
 du -sh "$out"

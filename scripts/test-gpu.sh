@@ -5,6 +5,9 @@
 #      identical (NaN compared as NaN), plus the C API checks (device pointers, waits,
 #      fork, shutdown);
 #   1b. gpu_nccl: the nccl store equals the device store bit for bit, and its refusals;
+#   1c. the steady loop: iterations 2..N of a push/pull loop (`device` and `nccl` stores, dense;
+#      `device` row_sparse) make no allocation or free of any kind, read from the driver calls
+#      traced by ctests/cuda_audit.c (LD_AUDIT), on the real driver as on the stand-in;
 #   2. the same program under compute-sanitizer memcheck and racecheck (small sizes);
 #   3. with --bench: benches/gpubench.c (the issue's GPU workloads and their limits).
 # With the CUDA stand-in first on LD_LIBRARY_PATH it runs unchanged: compute-sanitizer is
@@ -55,6 +58,31 @@ if "$bin/gpu_nccl" >"$tmp/nccl.txt" 2>"$tmp/nccl.err" && grep -q "^gpu_nccl: ok"
 else
   tail -20 "$tmp/nccl.txt" "$tmp/nccl.err"; bad "gpu_nccl"
 fi
+
+# Driver calls that take or give back memory: device, stream-ordered, pinned, registered, mapped.
+allocating='call=(cuMemAlloc|cuMemFree|cuMemHostAlloc|cuMemHostRegister|cuMemHostUnregister|cuMemCreate|cuMemRelease|cuMemPoolTrimTo)'
+steady_loop() {
+  local store="$1" stype="$2" trace="$tmp/audit_$1_$2.txt" out from to warm work allocs
+  if ! out=$(CUDA_AUDIT_TRACE="$trace" LD_AUDIT="$here/lib/cuda_audit.so" "$bin/gpu_standin" steady "$store" "$stype" 2>&1) ||
+    ! grep -q "^steady: ok" <<<"$out"; then
+    echo "$out" | tail -20; bad "steady loop ($store, $stype): the run failed"; return
+  fi
+  from=$(sed -n 's/^steady_from=//p' <<<"$out"); to=$(sed -n 's/^steady_to=//p' <<<"$out")
+  head -c "$to" "$trace" | tail -c +"$((from + 1))" >"$trace.steady"
+  warm=$(head -c "$from" "$trace" | grep -cE "$allocating")
+  work=$(grep -cE 'call=(cuLaunchKernel|cuMemcpy)' "$trace.steady")
+  allocs=$(grep -cE "$allocating" "$trace.steady")
+  if [ "$warm" -eq 0 ] || [ "$work" -eq 0 ]; then
+    bad "steady loop ($store, $stype): the tracer saw no allocation in the warm-up ($warm) or no work after it ($work)"
+  elif [ "$allocs" -ne 0 ]; then
+    grep -oE "$allocating[A-Za-z0-9_]*" "$trace.steady" | sort | uniq -c; bad "steady loop ($store, $stype): $allocs allocation calls in iterations 2..N"
+  else
+    ok "steady loop ($store, $stype): iterations 2..N made $work copies and launches and no allocation (warm-up: $warm)"
+  fi
+}
+steady_loop device default
+steady_loop nccl default
+steady_loop device row_sparse
 
 if [ -n "$standin" ]; then
   echo "SKIP compute-sanitizer: it needs a real GPU (on the stand-in, scripts/standin-asan.sh checks the kernels' indexing)"

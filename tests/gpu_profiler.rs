@@ -197,7 +197,7 @@ fn gpu_copies_and_kernels_appear_per_stream_with_bytes_timed_by_events_and_only_
     shown.sort();
     assert_eq!(shown, launched, "kernels (device, name, grid, block)");
     let names: Vec<&str> = launched.iter().map(|k| k.1.as_str()).collect();
-    for k in ["kernel fused_sum", "kernel sum_float32", "kernel quantize_2bit", "kernel dequantize_2bit"] {
+    for k in ["kernel fused_sum", "kernel fused_copy", "kernel sum_float32", "kernel quantize_2bit", "kernel dequantize_2bit"] {
         assert!(names.contains(&k), "{k} was not launched: {names:?}");
     }
     for s in gpu.iter().filter(|s| s.name.starts_with("kernel ")) {
@@ -205,6 +205,13 @@ fn gpu_copies_and_kernels_appear_per_stream_with_bytes_timed_by_events_and_only_
         match s.name.as_str() {
             "kernel sum_float32" => assert_eq!((bytes, elements), (big, big / 4), "{s:?}"),
             "kernel fused_sum" => assert_eq!((bytes, elements), (small, small / 4), "{s:?}"),
+            // Pull outputs beside their merge buffers, moved as 8-, 4- or 1-byte words: each
+            // launch copies whole arrays.
+            "kernel fused_copy" => assert!(
+                [small, compressed, 2 * small, 2 * compressed, small + compressed].contains(&bytes)
+                    && [8, 4, 1].iter().any(|w| elements * w == bytes),
+                "{s:?}"
+            ),
             "kernel quantize_2bit" => assert_eq!((bytes, elements), (packed, compressed / 4), "{s:?}"),
             "kernel dequantize_2bit" => assert_eq!((bytes, elements), (compressed, compressed / 4), "{s:?}"),
             other => panic!("unexpected kernel {other}"),
@@ -255,7 +262,11 @@ fn gpu_copies_and_kernels_appear_per_stream_with_bytes_timed_by_events_and_only_
     }
     const SLACK_US: f64 = 5000.0;
     for k in gpu.iter().filter(|s| s.name.starts_with("kernel ")) {
-        let op = if k.name.contains("quantize") { "gpu_compressed_sum" } else { "gpu_sum" };
+        let op = match k.name.as_str() {
+            n if n.contains("quantize") => "gpu_compressed_sum",
+            "kernel fused_copy" => "gpu_copy",
+            _ => "gpu_sum",
+        };
         assert!(
             engine.iter().any(|e| e.name == op && e.start - SLACK_US <= k.start && k.end <= e.end + SLACK_US),
             "{} [{}, {}] lies in no {op} span: {:?}",

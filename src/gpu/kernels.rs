@@ -26,6 +26,41 @@ pub fn full_source(file: &str, body: &str) -> String {
     format!("{PRELUDE}\n#line 1 \"{file}\"\n{body}")
 }
 
+/// The names a unit's source declares with `extern "C" __global__ void NAME(`: whole names,
+/// or for a kernel stamped out by a macro (`NAME_##suffix`) the part before the first `##`,
+/// a prefix of every kernel it makes.
+pub fn declared_kernels(body: &str) -> Vec<&str> {
+    const DECL: &str = "extern \"C\" __global__ void ";
+    body.match_indices(DECL)
+        .filter_map(|(at, _)| {
+            let rest = &body[at + DECL.len()..];
+            let name = &rest[..rest.find('(')?];
+            Some(name.split("##").next().unwrap_or(name).trim())
+        })
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The unit (index into `SOURCES`) whose source declares kernel `name`: a whole name, or the
+/// longest macro prefix it starts with. Loading a function from its own module only keeps the
+/// driver from answering lookups with errors (which compute-sanitizer reports).
+pub fn unit_of(name: &str) -> Option<usize> {
+    let mut best: Option<(usize, usize)> = None;
+    for (i, (_, body)) in SOURCES.iter().enumerate() {
+        for declared in declared_kernels(body) {
+            let whole = !body.contains(&format!("{declared}##")) && declared == name;
+            let prefix = body.contains(&format!("{declared}##")) && name.starts_with(declared);
+            if whole {
+                return Some(i);
+            }
+            if prefix && best.is_none_or(|(_, len)| declared.len() > len) {
+                best = Some((i, declared.len()));
+            }
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
 /// NVRTC 12.9's warning for sm_70/sm_72.
 const DEPRECATED_ARCH_WARNING: &str =
     "nvrtc: warning: Architectures prior to '<compute/sm>_75' are deprecated and may be removed in a future release";
@@ -97,6 +132,38 @@ mod tests {
         for (file, body) in SOURCES {
             let on_disk = std::fs::read_to_string(dir.join(file)).unwrap();
             assert_eq!(on_disk, body, "{file} is stale in the build");
+        }
+    }
+
+    #[test]
+    fn every_kernel_the_library_launches_is_found_in_its_own_unit() {
+        let unit = |name: &str| unit_of(name).map(|i| SOURCES[i].0);
+        assert_eq!(unit("fused_sum"), Some("fused.cu"));
+        assert_eq!(unit("fused_copy"), Some("fused.cu"));
+        assert_eq!(unit("sum_float32"), Some("sum.cu"));
+        assert_eq!(unit("sum_int64"), Some("sum.cu"));
+        assert_eq!(unit("rsp_gather"), Some("row_sparse.cu"));
+        assert_eq!(unit("rsp_scatter"), Some("row_sparse.cu"));
+        assert_eq!(unit("rsp_accumulate_float16"), Some("row_sparse.cu"));
+        assert_eq!(unit("copy_bytes"), Some("copy.cu"));
+        assert_eq!(unit("fill_int8"), Some("copy.cu"));
+        assert_eq!(unit("cast_float32_to_float16"), Some("copy.cu"));
+        assert_eq!(unit("quantize_2bit"), Some("compress.cu"));
+        assert_eq!(unit("dequantize_1bit"), Some("compress.cu"));
+        assert_eq!(unit("no_such_kernel"), None);
+        // Every name a launch site spells out is declared by some unit.
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
+        for entry in std::fs::read_dir(src).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for (at, _) in text.match_indices("q.launch(") {
+                let line = &text[at..];
+                let line = &line[..line.find('\n').unwrap_or(line.len())];
+                if let Some(start) = line.find(", \"") {
+                    let name = &line[start + 3..];
+                    let name = &name[..name.find('"').unwrap()];
+                    assert!(unit_of(name).is_some(), "kernel {name} is declared in no unit of kernels/");
+                }
+            }
         }
     }
 }

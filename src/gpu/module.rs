@@ -3,7 +3,7 @@
 //! `cuModuleLoadData`, functions looked up by name once and kept for the process.
 
 use super::driver::{runtime, Handle};
-use super::kernels::images_for;
+use super::kernels::{images_for, unit_of};
 use super::nvrtc::nvrtc;
 use once_cell::sync::{Lazy, OnceCell};
 use parking_lot::Mutex;
@@ -47,8 +47,10 @@ pub(crate) fn function(ordinal: i32, name: &str) -> Result<Handle, String> {
         return Ok(*f as Handle);
     }
     let c_name = CString::new(name).map_err(|_| format!("bad kernel name {name:?}"))?;
+    // Its own unit's module first (the others only for a name no source declares).
+    let own = unit_of(name).and_then(|i| loaded.modules.get(i).copied());
     let found = rt.with_context(ordinal, |api| {
-        for &m in &loaded.modules {
+        for &m in own.iter().chain(loaded.modules.iter().filter(|&&m| Some(m) != own)) {
             let mut f: Handle = std::ptr::null_mut();
             // SAFETY: a loaded module; a NUL-terminated name; valid out-pointer.
             if unsafe { (api.module_get_function)(&mut f, m as Handle, c_name.as_ptr()) } == 0 {

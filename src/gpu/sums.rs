@@ -6,8 +6,8 @@
 
 use super::fused::{pack, SmallKey};
 use super::launch::{grid_blocks, sum_launches, MAX_SOURCES};
-use super::memory::{DevicePtr, PinnedMemory};
-use super::queue::{Output, Place, Queue};
+use super::memory::DevicePtr;
+use super::queue::{Output, Queue};
 use crate::base::DType;
 use crate::reduce::SumOrder;
 use std::ffi::c_void;
@@ -52,9 +52,20 @@ pub fn sum(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: DTy
     }
 }
 
-/// Every key of `keys` (all on `ordinal`) summed by one launch, its table copied into
-/// `table_memory(q, bytes)`: device memory on `ordinal` the caller keeps until the work has finished.
-pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey], table_memory: impl FnOnce(&mut Queue, usize) -> Option<DevicePtr>) {
+/// Every key of `keys` (all on `ordinal`) summed by one launch, its table placed on the
+/// device by `place_table(q, bytes)`: device memory on `ordinal`, filled ahead of the kernels,
+/// that the caller keeps until the work has finished (`None` when the queue failed).
+pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey], place_table: impl FnOnce(&mut Queue, &[u8]) -> Option<DevicePtr>) {
+    fused_launch(q, ordinal, "fused_sum", keys, place_table)
+}
+
+/// Every copy of `copies` (each a key of one source, all on `ordinal`) by one launch, as
+/// [`fused`].
+pub fn fused_copy(q: &mut Queue, ordinal: i32, copies: &[SmallKey], place_table: impl FnOnce(&mut Queue, &[u8]) -> Option<DevicePtr>) {
+    fused_launch(q, ordinal, "fused_copy", copies, place_table)
+}
+
+fn fused_launch(q: &mut Queue, ordinal: i32, kernel: &str, keys: &[SmallKey], place_table: impl FnOnce(&mut Queue, &[u8]) -> Option<DevicePtr>) {
     let table = match pack(keys, FUSED_ELEMS_PER_BLOCK) {
         Ok(t) => t,
         Err(e) => return q.fail(e.message().to_string()),
@@ -62,14 +73,7 @@ pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey], table_memory: impl 
     if table.n_blocks == 0 {
         return;
     }
-    let mut staged = match PinnedMemory::staging(table.bytes.len()) {
-        Ok(s) => s,
-        Err(e) => return q.fail(e),
-    };
-    staged.bytes_mut().copy_from_slice(&table.bytes);
-    let Some(device_table) = table_memory(q, table.bytes.len()) else { return };
-    q.copy_before_kernels(Place::Device(device_table), Place::Host(staged.at(0)), table.bytes.len());
-    q.hold(Box::new(staged));
+    let Some(device_table) = place_table(q, &table.bytes) else { return };
     let (mut t, mut n_desc, mut per_block) = (device_table.addr, table.n_desc, table.elems_per_block);
     let mut params: [*mut c_void; 3] =
         [(&mut t as *mut u64).cast(), (&mut n_desc as *mut u32).cast(), (&mut per_block as *mut u32).cast()];
@@ -78,7 +82,7 @@ pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey], table_memory: impl 
         bytes: keys.iter().map(|k| k.n as usize * k.dtype.size()).sum(),
         elements: keys.iter().map(|k| k.n).sum(),
     };
-    q.launch(ordinal, "fused_sum", blocks, THREADS, &mut params, output);
+    q.launch(ordinal, kernel, blocks, THREADS, &mut params, output);
 }
 
 /// `n` elements at `dst` set to the value whose bytes (in `dtype`) are `value`.

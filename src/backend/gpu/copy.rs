@@ -4,11 +4,21 @@
 //! goes through the pinned staging pool (a source is staged on the worker, a destination is
 //! filled from its staging buffer when the copy's event fired). One engine op per batch,
 //! completed from the event: the worker never waits for the GPU.
+//!
+//! Small copies within one GPU (a pull's outputs beside their merge buffer) go into one
+//! launch of `fused_copy` per device, each entry of its table a key of one source: a driver copy costs the
+//! calling thread microseconds, so a pull of many small keys would otherwise spend its time
+//! enqueueing copies rather than moving bytes.
 
+use super::kept::{self, Use};
+use crate::base::DType;
 use crate::engine::{engine, OpDone, Var};
 use crate::error::{Error, Result};
+use crate::gpu::fused::SmallKey;
+use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
 use crate::gpu::{PinnedMemory, Place, Queue};
 use crate::ndarray::NDArray;
+use crate::reduce::SumOrder;
 
 /// Whether `src` to `dst` is a plain GPU copy: dense, same dtype, a GPU on a side.
 pub(super) fn is_driver_copy(src: &NDArray, dst: &NDArray) -> bool {
@@ -37,11 +47,22 @@ fn run_copies(pairs: Vec<(NDArray, NDArray)>, done: OpDone) {
     let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].1);
     let mut q = Queue::new();
     let mut landings = Landings::new();
+    // Per device: the small copies within it, and the first one's destination (keeping the table).
+    let mut fused: Vec<(i32, Vec<SmallKey>, &NDArray)> = Vec::new();
     for (src, dst) in &pairs {
-        if let Err(e) = enqueue(&mut q, src, dst, &mut landings) {
+        if let Some((ordinal, key)) = fusable_copy(src, dst) {
+            match fused.iter_mut().find(|(o, _, _)| *o == ordinal) {
+                Some((_, keys, _)) => keys.push(key),
+                None => fused.push((ordinal, vec![key], dst)),
+            }
+        } else if let Err(e) = enqueue(&mut q, src, dst, &mut landings) {
             q.fail(e.message().to_string());
             break;
         }
+    }
+    for (ordinal, keys, first) in &fused {
+        // The table kept with the first destination: a steady loop allocates nothing.
+        sums::fused_copy(&mut q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::CopyTable, *ordinal, table));
     }
     q.finish(
         Box::new(move |outcome| {
@@ -52,6 +73,26 @@ fn run_copies(pairs: Vec<(NDArray, NDArray)>, done: OpDone) {
         }),
         Box::new(pairs),
     );
+}
+
+/// `dst = src` as an entry of a fused launch on their GPU, when both lie on the same GPU and
+/// the copy is small: a sum of one source, in the widest integer element that the length and
+/// both addresses allow (bytes are moved as they are, whatever the dtype).
+fn fusable_copy(src: &NDArray, dst: &NDArray) -> Option<(i32, SmallKey)> {
+    let (from, to) = (src.device_ptr()?, dst.device_ptr()?);
+    let bytes = src.data_byte_len() as u64;
+    if from.ordinal != to.ordinal || bytes != dst.data_byte_len() as u64 || bytes == 0 || bytes > SMALL_KEY_ELEMS * 4 {
+        return None;
+    }
+    let dtype = [DType::Int64, DType::Int32, DType::Uint8]
+        .into_iter()
+        .find(|t| {
+            let width = t.size() as u64;
+            bytes % width == 0 && from.addr % width == 0 && to.addr % width == 0
+        })
+        .unwrap_or(DType::Uint8);
+    let n = bytes / dtype.size() as u64;
+    Some((to.ordinal, SmallKey { dst: to.addr, srcs: vec![from.addr], n, dtype, order: SumOrder::Serial }))
 }
 
 /// Where a GPU copy reads `src`: its own device or pinned memory, or (pageable host memory)

@@ -11,7 +11,7 @@
 //! freed, a key's value is replaced, or a user frees an output.
 
 use crate::error::{Error, Result};
-use crate::gpu::{DevicePtr, PinnedMemory, Queue, StreamMemory};
+use crate::gpu::{DevicePtr, PinnedMemory, Place, Queue, StreamMemory};
 use crate::ndarray::NDArray;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -21,8 +21,12 @@ use std::sync::Arc;
 pub(super) enum Use {
     /// A dense sum's copy of value `n` on the merge buffer's GPU (exact size).
     Copy(usize),
-    /// The table of a fused sum of small keys (kept with the device's first key).
+    /// The table of a fused sum of small keys (kept with the device's first key), on the
+    /// device and in pinned memory.
     FusedTable,
+    /// The table of a fused launch of small copies within one GPU (kept with the device's
+    /// first destination), on the device and in pinned memory.
+    CopyTable,
     /// A row_sparse sum's or pull's position table.
     RowTable,
     /// A row_sparse sum's copy of input `n`'s rows on the destination's GPU (the stored
@@ -99,4 +103,34 @@ pub(super) fn pinned(array: &NDArray, what: Use, bytes: usize) -> Result<SharedP
         }
         Ok(made)
     })
+}
+
+/// `bytes` in the pinned buffer kept with `owner` for `what`, which the queue holds until its
+/// work finished.
+pub(super) fn staged(q: &mut Queue, owner: &NDArray, what: Use, bytes: &[u8]) -> Result<Place> {
+    let s = pinned(owner, what, bytes.len())?;
+    let at = {
+        let mut staged = s.lock();
+        staged.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        staged.at(0)
+    };
+    q.hold(Box::new(s));
+    Ok(Place::Host(at))
+}
+
+/// A fused launch's `table` on `gpu(ordinal)`, copied there ahead of the kernels: its device
+/// memory and its pinned staging both kept with `owner` for `what`, so that a steady loop
+/// takes neither from the driver nor from the staging pool (whose peak use would depend on
+/// how many tables happen to be in flight at once). `None` when the queue failed.
+pub(super) fn table(q: &mut Queue, owner: &NDArray, what: Use, ordinal: i32, table: &[u8]) -> Option<DevicePtr> {
+    let from = match staged(q, owner, what, table) {
+        Ok(place) => place,
+        Err(e) => {
+            q.fail(e.message().to_string());
+            return None;
+        }
+    };
+    let device_table = buffer(q, owner, what, ordinal, table.len())?;
+    q.copy_before_kernels(Place::Device(device_table), from, table.len());
+    Some(device_table)
 }

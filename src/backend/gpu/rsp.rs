@@ -204,19 +204,6 @@ fn scratch_from(q: &mut Queue, dst: &NDArray, what: Use, ordinal: i32, from: Pla
     Some(t)
 }
 
-/// `bytes` in the pinned buffer kept with `owner` for `what`, which the queue holds until its
-/// work finished.
-fn kept_staged(q: &mut Queue, owner: &NDArray, what: Use, bytes: &[u8]) -> Result<Place> {
-    let s = kept::pinned(owner, what, bytes.len())?;
-    let at = {
-        let mut staged = s.lock();
-        staged.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
-        staged.at(0)
-    };
-    q.hold(Box::new(s));
-    Ok(Place::Host(at))
-}
-
 /// Pinned memory holding `bytes`, kept by the queue until its work finished.
 fn staged_bytes(q: &mut Queue, bytes: &[u8]) -> Result<Place> {
     let mut s = staging(bytes.len())?;
@@ -328,7 +315,7 @@ fn enqueue_sum(
     for f in &plan.first {
         table.extend_from_slice(f);
     }
-    let from = kept_staged(q, dst, Use::TableStaging, &table)?;
+    let from = kept::staged(q, dst, Use::TableStaging, &table)?;
     let Some(table) = scratch_from(q, dst, Use::RowTable, ordinal, from, table.len()) else { return Ok(()) };
     let mut at = 0usize;
     for (position, ((ids, host), v)) in inputs.iter().zip(vals).enumerate() {
@@ -400,7 +387,7 @@ fn enqueue_pull(q: &mut Queue, pull: &RowSparsePull, slot: Option<Slot>, install
         return Ok(());
     }
     let ordinal = out.ordinal;
-    let from = kept_staged(q, &pull.out, Use::TableStaging, bytemuck::cast_slice(&positions))?;
+    let from = kept::staged(q, &pull.out, Use::TableStaging, bytemuck::cast_slice(&positions))?;
     let Some(pos) = scratch_from(q, &pull.out, Use::RowTable, ordinal, from, positions.len() * 8) else { return Ok(()) };
     let n_stored = stored_ids.len();
     // With no stored rows every position is -1: the kernel reads no row.

@@ -87,7 +87,7 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
         }
     }
     for (ordinal, keys, first) in &small {
-        sums::fused(&mut q, *ordinal, keys, |q: &mut Queue, bytes| kept::buffer(q, first, Use::FusedTable, *ordinal, bytes));
+        sums::fused(&mut q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::FusedTable, *ordinal, table));
     }
     q.finish(
         Box::new(move |r| {
