@@ -43,9 +43,12 @@ pub struct SumJob {
     pub values: Range<usize>,
     /// Where the sum goes: the stored value, or the buffer handed to an updater.
     pub dst: NDArray,
-    /// Outputs a pull may hand to this sum before it starts (the host backend's sums only).
+    /// Outputs a pull may hand to this sum before it starts (see [`PullTail`]).
     pub tail: Option<Arc<PullTail>>,
 }
+
+/// Host sums smaller than this leave no pull joining them (see [`BackendKind::joins_pull`]).
+const HOST_JOIN_MIN_BYTES: usize = 1 << 20;
 
 /// The outputs of a pull queued right behind a sum that has not started, handed to the sum's
 /// op (see `Engine::try_extend`): it writes them with the sum, in one pass over memory. Dense,
@@ -202,6 +205,18 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// Whether a pull of a key of `bytes` joins its push's sum ([`PullTail`]). On the host, a
+    /// big key (small ones' copies run batched with other keys', where the stored value is
+    /// still in cache). On a GPU, a key too big for the fused copy launch (small ones' copies
+    /// cost less batched in that launch than handed to each sum), and only under the native
+    /// engine (a host's engine would run a detached copy on the host).
+    pub fn joins_pull(self, bytes: usize) -> bool {
+        match self {
+            BackendKind::Host => bytes >= HOST_JOIN_MIN_BYTES,
+            BackendKind::Gpu => bytes > gpu::FUSED_COPY_MAX_BYTES && !crate::engine::engine().hosted(),
+        }
+    }
+
     /// The kind running jobs whose destination is on `ctx`. (A host-context job reading GPU
     /// arrays goes to the GPU backend too: [`HostContexts`].)
     pub fn of(ctx: Context) -> BackendKind {

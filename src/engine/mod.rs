@@ -406,6 +406,22 @@ impl Engine {
         self.schedule(reads, writes, priority, false, false, Box::new(work));
     }
 
+    /// [`Engine::push_async`], returning the op's ticket for [`Engine::try_extend`].
+    pub fn push_async_extensible(
+        &'static self,
+        reads: &[&Var],
+        writes: &[&Var],
+        priority: i32,
+        work: impl FnOnce(&OpEnv, OpDone) + Send + 'static,
+    ) -> Option<Ticket> {
+        self.schedule(reads, writes, priority, false, true, Box::new(work))
+    }
+
+    /// Whether a host's engine (hosted mode) runs the ops now.
+    pub fn hosted(&self) -> bool {
+        self.host_scheduler().is_some()
+    }
+
     /// Schedules an op; with `ticketed`, returns its ticket (the op's weak reference costs two
     /// atomic operations, which latency-bound calls do not pay).
     fn schedule(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, tiny: bool, ticketed: bool, work: Work) -> Option<Ticket> {

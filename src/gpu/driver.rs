@@ -130,11 +130,19 @@ static RUNTIME: once_cell::sync::Lazy<Result<Runtime, String>> = once_cell::sync
     }
 });
 
+/// Set in a child of `fork`: CUDA, initialised in the parent, cannot be used there. Read on
+/// every driver use, where asking the kernel for the pid would cost a system call each time.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn mark_forked() {
+    FORKED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The runtime, or why the GPU cannot be used by this process.
 pub fn runtime() -> Result<&'static Runtime, String> {
     let rt = RUNTIME.as_ref().map_err(Clone::clone)?;
-    let now = std::process::id();
-    if rt.pid != now {
+    if FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+        let now = std::process::id();
         return Err(format!(
             "CUDA was initialised in process {} before it forked; CUDA cannot be used in the forked child (pid {now})",
             rt.pid
@@ -214,6 +222,11 @@ fn load() -> Result<Runtime, String> {
         devices.push(DeviceInfo { ordinal, name, compute_capability: (major, minor), multiprocessors });
     }
     let primary = devices.iter().map(|_| once_cell::sync::OnceCell::new()).collect();
+    // SAFETY: registers a handler that only stores to an atomic (async-signal-safe), run in
+    // the child after a fork; handlers stay registered for the process, as needed.
+    if unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) } != 0 {
+        return Err("pthread_atfork failed: the CUDA runtime could not guard against fork".to_string());
+    }
     Ok(Runtime { api, pid: std::process::id(), driver_version: version, devices, primary })
 }
 

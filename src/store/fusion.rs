@@ -1,11 +1,14 @@
 //! A pull queued right behind the push of a key: its outputs are handed to the push's sum, which
 //! writes them while it writes the stored value, instead of a copy op that reads the stored
-//! value back from memory afterwards (for a big key, one pass over memory fewer).
+//! value back from memory afterwards (for a big key, one pass over memory fewer). On a GPU
+//! the sum's op copies into the outputs right after its kernels, on the same stream: no second
+//! op waits for the first one's completion to be dispatched.
 //!
-//! The push leaves each big dense host sum it schedules joinable ([`Joinable`]); a pull of the
-//! key joins it when the engine lets the sum's op take over the outputs (the op has not
-//! started, nothing is pending on the outputs: `Engine::try_extend`). What the pull's outputs
-//! then hold, and when later ops on them run, is what the copy op would have given.
+//! The push leaves each dense sum it schedules joinable ([`Joinable`]) where its backend says a
+//! pull of the key's size should join (`BackendKind::joins_pull`); a pull of the key joins it
+//! when the engine lets the sum's op take over the outputs (the op has not started, nothing is
+//! pending on the outputs: `Engine::try_extend`). What the pull's outputs then hold, and when
+//! later ops on them run, is what the copy op would have given.
 
 use super::entries::Entries;
 use super::plan::PullPlan;
@@ -13,10 +16,6 @@ use crate::backend::{BackendKind, PullTail};
 use crate::engine::{engine, Ticket};
 use crate::ndarray::{NDArray, StorageType};
 use std::sync::Arc;
-
-/// Sums smaller than this are not left joinable: their copies run batched with other keys',
-/// where the stored value is still in cache.
-const JOIN_MIN_BYTES: usize = 1 << 20;
 
 /// A key's scheduled sum that a pull may join.
 pub(super) struct Joinable {
@@ -39,11 +38,12 @@ impl Joinable {
     }
 }
 
-/// A tail for the sum of `values` into `dst` when a pull could join it: a big dense sum whose
-/// arrays are all in host memory.
+/// A tail for the sum of `values` into `dst` when a pull could join it: a dense sum whose
+/// arrays are all in host memory (a big one), or all on GPUs.
 pub(super) fn tail_for(values: &[NDArray], dst: &NDArray) -> Option<Arc<PullTail>> {
-    let host_dense = |a: &NDArray| a.stype() == StorageType::Default && BackendKind::of(a.ctx()) == BackendKind::Host;
-    let joinable = dst.data_byte_len() >= JOIN_MIN_BYTES && host_dense(dst) && values.iter().all(host_dense);
+    let kind = BackendKind::of(dst.ctx());
+    let dense_of_kind = |a: &NDArray| a.stype() == StorageType::Default && BackendKind::of(a.ctx()) == kind;
+    let joinable = kind.joins_pull(dst.data_byte_len()) && dense_of_kind(dst) && values.iter().all(dense_of_kind);
     joinable.then(Arc::default)
 }
 
@@ -54,8 +54,8 @@ pub(super) fn join(entries: &Entries, plan: &mut PullPlan) {
     let PullPlan { outs, copies, ids } = plan;
     let mut kept = 0;
     for i in 0..copies.len() {
-        let big = copies[i].src.data_byte_len() >= JOIN_MIN_BYTES;
-        let joined = big && entries.get(&ids[i]).and_then(|e| e.joinable.as_ref()).is_some_and(|j| {
+        let src = &copies[i].src;
+        let joined = BackendKind::of(src.ctx()).joins_pull(src.data_byte_len()) && entries.get(&ids[i]).and_then(|e| e.joinable.as_ref()).is_some_and(|j| {
             let (src, dsts) = (&copies[i].src, &outs[copies[i].dsts.clone()]);
             fits(src, dsts) && {
                 let vars: Vec<_> = dsts.iter().map(|d| d.var()).collect();
@@ -73,13 +73,15 @@ pub(super) fn join(entries: &Entries, plan: &mut PullPlan) {
     ids.truncate(kept);
 }
 
-/// Whether the sum's op can write `dsts` as copies of `src`.
+/// Whether the sum's op can write `dsts` as copies of `src`: in host memory, or on the sum's
+/// own GPU (its stream orders the copies after the kernels).
 fn fits(src: &NDArray, dsts: &[NDArray]) -> bool {
     let like_src = |d: &NDArray| {
         d.stype() == StorageType::Default
             && d.dtype() == src.dtype()
             && d.data_byte_len() == src.data_byte_len()
-            && BackendKind::of(d.ctx()) == BackendKind::Host
+            && BackendKind::of(d.ctx()) == BackendKind::of(src.ctx())
+            && (BackendKind::of(d.ctx()) == BackendKind::Host || d.ctx() == src.ctx())
             && !d.same_chunk(src)
     };
     dsts.iter().enumerate().all(|(i, d)| like_src(d) && dsts[..i].iter().all(|e| !e.same_chunk(d)))

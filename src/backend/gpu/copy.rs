@@ -40,30 +40,13 @@ pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
 }
 
 /// Pageable destinations and the pinned buffers they are filled from at completion.
-type Landings = Vec<(PinnedMemory, NDArray)>;
+pub(super) type Landings = Vec<(PinnedMemory, NDArray)>;
 
 fn run_copies(pairs: Vec<(NDArray, NDArray)>, done: OpDone) {
     // The op's span runs until its event fired: the trace shows the GPU time.
     let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].1);
     let mut q = Queue::new();
-    let mut landings = Landings::new();
-    // Per device: the small copies within it, and the first one's destination (keeping the table).
-    let mut fused: Vec<(i32, Vec<SmallKey>, &NDArray)> = Vec::new();
-    for (src, dst) in &pairs {
-        if let Some((ordinal, key)) = fusable_copy(src, dst) {
-            match fused.iter_mut().find(|(o, _, _)| *o == ordinal) {
-                Some((_, keys, _)) => keys.push(key),
-                None => fused.push((ordinal, vec![key], dst)),
-            }
-        } else if let Err(e) = enqueue(&mut q, src, dst, &mut landings) {
-            q.fail(e.message().to_string());
-            break;
-        }
-    }
-    for (ordinal, keys, first) in &fused {
-        // The table kept with the first destination: a steady loop allocates nothing.
-        sums::fused_copy(&mut q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::CopyTable, *ordinal, table));
-    }
+    let landings = enqueue_copies(&mut q, &pairs);
     q.finish(
         Box::new(move |outcome| {
             let landed = outcome.map_err(Error::new).and_then(|()| land(&landings));
@@ -75,13 +58,41 @@ fn run_copies(pairs: Vec<(NDArray, NDArray)>, done: OpDone) {
     );
 }
 
+/// Enqueues `dst = src` for every pair (each a driver copy, see [`is_driver_copy`]): small ones
+/// within a GPU in one fused launch per device, the others as driver copies. Returns the
+/// pageable destinations to fill from their staging buffers once the work has finished.
+pub(super) fn enqueue_copies(q: &mut Queue, pairs: &[(NDArray, NDArray)]) -> Landings {
+    let mut landings = Landings::new();
+    // Per device: the small copies within it, and the first one's destination (keeping the table).
+    let mut fused: Vec<(i32, Vec<SmallKey>, &NDArray)> = Vec::new();
+    for (src, dst) in pairs {
+        if let Some((ordinal, key)) = fusable_copy(src, dst) {
+            match fused.iter_mut().find(|(o, _, _)| *o == ordinal) {
+                Some((_, keys, _)) => keys.push(key),
+                None => fused.push((ordinal, vec![key], dst)),
+            }
+        } else if let Err(e) = enqueue(q, src, dst, &mut landings) {
+            q.fail(e.message().to_string());
+            break;
+        }
+    }
+    for (ordinal, keys, first) in &fused {
+        // The table kept with the first destination: a steady loop allocates nothing.
+        sums::fused_copy(q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::CopyTable, *ordinal, table));
+    }
+    landings
+}
+
+/// The biggest copy within a GPU made in the fused launch.
+pub(crate) const FUSED_COPY_MAX_BYTES: usize = SMALL_KEY_ELEMS as usize * 4;
+
 /// `dst = src` as an entry of a fused launch on their GPU, when both lie on the same GPU and
 /// the copy is small: a sum of one source, in the widest integer element that the length and
 /// both addresses allow (bytes are moved as they are, whatever the dtype).
 fn fusable_copy(src: &NDArray, dst: &NDArray) -> Option<(i32, SmallKey)> {
     let (from, to) = (src.device_ptr()?, dst.device_ptr()?);
     let bytes = src.data_byte_len() as u64;
-    if from.ordinal != to.ordinal || bytes != dst.data_byte_len() as u64 || bytes == 0 || bytes > SMALL_KEY_ELEMS * 4 {
+    if from.ordinal != to.ordinal || bytes != dst.data_byte_len() as u64 || bytes == 0 || bytes > FUSED_COPY_MAX_BYTES as u64 {
         return None;
     }
     let dtype = [DType::Int64, DType::Int32, DType::Uint8]
@@ -109,7 +120,7 @@ pub(super) fn source_place(q: &mut Queue, src: &NDArray) -> Result<Place> {
 }
 
 /// Fills pageable destinations from their staging buffers.
-fn land(landings: &[(PinnedMemory, NDArray)]) -> Result<()> {
+pub(super) fn land(landings: &[(PinnedMemory, NDArray)]) -> Result<()> {
     for (staged, dst) in landings {
         dst.write_bytes(|d| d.copy_from_slice(&staged.bytes()[..d.len()]));
     }

@@ -20,6 +20,7 @@ mod sum;
 use super::{Backend, ByteKernels, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
 use crate::ndarray::NDArray;
+pub(crate) use copy::FUSED_COPY_MAX_BYTES;
 pub(crate) use staged::host_readable;
 use staged::{fail, Staging};
 use std::sync::Arc;
@@ -115,15 +116,15 @@ impl Backend for Gpu {
 
     fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) -> Option<crate::engine::Ticket> {
         let (native, batch): (Vec<SumJob>, Vec<SumJob>) = batch.into_iter().partition(|j| sum::is_native(values, j));
-        if !native.is_empty() {
-            sum::push_sums(order, values, native, priority);
-        }
+        // The ticket stands for every job of the batch: given only when one op runs them all.
+        let ticket = if native.is_empty() { None } else { sum::push_sums(order, values, native, priority) };
+        let ticket = ticket.filter(|_| batch.is_empty());
         let (native, batch): (Vec<SumJob>, Vec<SumJob>) = batch.into_iter().partition(|j| rsp::is_native_sum(values, j));
         if !native.is_empty() {
             rsp::push_sums(values, native, priority);
         }
         if batch.is_empty() {
-            return None;
+            return ticket;
         }
         let dsts: Vec<NDArray> = batch.iter().map(|j| j.dst.clone()).collect();
         if let Err(e) = self.staged_sum(order, values, batch, bytes, priority) {

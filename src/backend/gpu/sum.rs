@@ -10,7 +10,7 @@
 //! kept with its first key.
 
 use crate::backend::{SumJob, SumOrder};
-use crate::engine::{engine, OpDone, Var};
+use crate::engine::{engine, OpDone, Ticket, Var};
 use crate::error::Error;
 use crate::gpu::fused::SmallKey;
 use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
@@ -27,14 +27,21 @@ pub(super) fn is_native(values: &[NDArray], job: &SumJob) -> bool {
         && values[job.values.clone()].iter().all(|v| v.stype() == StorageType::Default && v.dtype() == dst.dtype())
 }
 
-/// Schedules the sums of `batch` (each [`is_native`]) as one op.
-pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, priority: i32) {
+/// Schedules the sums of `batch` (each [`is_native`]) as one op; returns its ticket when a
+/// job has a tail (a pull may join it: `crate::store`'s fusion).
+pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, priority: i32) -> Option<Ticket> {
     let batch = Arc::new(batch);
     let reads: Vec<&Var> = batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)).collect();
     let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
     let values_for_op = Arc::clone(values);
     let batch_for_op = Arc::clone(&batch);
-    engine().push_async(&reads, &writes, priority, move |_, done| run(order, values_for_op, batch_for_op, done));
+    let work = move |_: &crate::engine::OpEnv, done| run(order, values_for_op, batch_for_op, done);
+    if batch.iter().any(|j| j.tail.is_some()) {
+        engine().push_async_extensible(&reads, &writes, priority, work)
+    } else {
+        engine().push_async(&reads, &writes, priority, work);
+        None
+    }
 }
 
 /// The address on `ordinal` that the sum into `dst` reads value `position`, `v`, from: its
@@ -89,12 +96,21 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
     for (ordinal, keys, first) in &small {
         sums::fused(&mut q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::FusedTable, *ordinal, table));
     }
+    // Outputs of pulls that joined (on the sums' own GPUs: their streams order the copies
+    // after the kernels); the op started, so no more can be handed.
+    let joined: Vec<(NDArray, NDArray)> = batch
+        .iter()
+        .filter_map(|j| j.tail.as_ref().map(|t| (j, t.take())))
+        .flat_map(|(j, outs)| outs.into_iter().map(move |o| (j.dst.clone(), o)))
+        .collect();
+    let landings = super::copy::enqueue_copies(&mut q, &joined);
     q.finish(
         Box::new(move |r| {
+            let landed = r.map_err(Error::new).and_then(|()| super::copy::land(&landings));
             // Recorded before the op completes, so that a dump after a wait has it.
             drop(span);
-            done.finish(r.map_err(Error::new));
+            done.finish(landed);
         }),
-        Box::new((values, batch)),
+        Box::new((values, batch, joined)),
     );
 }
