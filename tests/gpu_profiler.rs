@@ -97,8 +97,10 @@ fn spans(path: &std::path::Path) -> (Vec<Span>, BTreeMap<String, usize>) {
 
 /// One line of the stand-in's trace, as key=value fields.
 fn driver_calls(trace: &[u8], from: usize, to: usize) -> Vec<BTreeMap<String, String>> {
+    // Whole lines only: a phase's offsets are read while other threads may be writing.
     String::from_utf8_lossy(&trace[from..to])
         .lines()
+        .filter(|l| l.starts_with("standin ") && l.contains(" call="))
         .map(|l| l.split(' ').filter_map(|f| f.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
         .collect()
 }

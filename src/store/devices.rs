@@ -12,7 +12,9 @@ use crate::ndarray::{Context, DeviceType, NDArray, StorageType};
 /// The GPU of `id`'s merge buffer for a push of `vals`, if the sum is to land on one: a
 /// `device` store, several values (or compressed ones), all dense or all row_sparse (MXNet's
 /// `merged_buf` of a row_sparse sum is on the merge buffer's context too), the placed context
-/// a GPU.
+/// a GPU. A single dense value on a GPU (uncompressed) is not reduced: MXNet keeps it as
+/// the stored value where it is (`local = merged`), so the sum of one value lands on its own
+/// GPU, where a pull reads it without a trip through host memory.
 pub(super) fn merge_gpu(
     placement: &mut MergePlacement,
     kind: StoreKind,
@@ -20,6 +22,12 @@ pub(super) fn merge_gpu(
     vals: &[NDArray],
     compressed: bool,
 ) -> Option<Context> {
+    if let [one] = vals {
+        let on_gpu = one.ctx().dev_type == DeviceType::Gpu && one.stype() == StorageType::Default;
+        if kind == StoreKind::Device && !compressed && on_gpu {
+            return Some(one.ctx());
+        }
+    }
     let reduces = vals.len() > 1 || compressed;
     let one_stype = [StorageType::Default, StorageType::RowSparse].into_iter().any(|st| vals.iter().all(|v| v.stype() == st));
     if kind != StoreKind::Device || !reduces || !one_stype {

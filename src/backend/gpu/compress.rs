@@ -28,7 +28,7 @@ pub(super) fn push_compressed(batch: Vec<CompressedSumJob>, priority: i32) {
     let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(NDArray::var)).collect();
     let writes: Vec<&Var> = batch.iter().flat_map(|j| j.residuals.iter().chain(std::iter::once(&j.dst)).map(NDArray::var)).collect();
     let batch_for_op = Arc::clone(&batch);
-    engine().push_async(&reads, &writes, priority, move |_, done| run(batch_for_op, done));
+    engine().push_device(&reads, &writes, priority, false, move |_, done| run(batch_for_op, done));
 }
 
 fn ptr(a: &NDArray) -> Option<DevicePtr> {

@@ -19,6 +19,7 @@ use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
 use crate::gpu::{PinnedMemory, Place, Queue};
 use crate::ndarray::NDArray;
 use crate::reduce::SumOrder;
+use std::sync::Arc;
 
 /// Whether `src` to `dst` is a plain GPU copy: dense, same dtype, a GPU on a side.
 pub(super) fn is_driver_copy(src: &NDArray, dst: &NDArray) -> bool {
@@ -33,16 +34,19 @@ pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
     if pairs.is_empty() {
         return;
     }
+    // Shared with the op, not cloned: a clone and its drop touch every array's reference
+    // count on the calling thread.
+    let pairs = Arc::new(pairs);
     let reads: Vec<&Var> = pairs.iter().map(|(s, _)| s.var()).collect();
     let writes: Vec<&Var> = pairs.iter().map(|(_, d)| d.var()).collect();
-    let pairs_for_op = pairs.clone();
-    engine().push_async(&reads, &writes, priority, move |_, done| run_copies(pairs_for_op, done));
+    let pairs_for_op = Arc::clone(&pairs);
+    engine().push_device(&reads, &writes, priority, false, move |_, done| run_copies(pairs_for_op, done));
 }
 
 /// Pageable destinations and the pinned buffers they are filled from at completion.
 pub(super) type Landings = Vec<(PinnedMemory, NDArray)>;
 
-fn run_copies(pairs: Vec<(NDArray, NDArray)>, done: OpDone) {
+fn run_copies(pairs: Arc<Vec<(NDArray, NDArray)>>, done: OpDone) {
     // The op's span runs until its event fired: the trace shows the GPU time.
     let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].1);
     let mut q = Queue::new();

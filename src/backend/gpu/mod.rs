@@ -7,7 +7,7 @@
 //! staged through pinned host memory and run by the host backend ([`staged`]; a GPU
 //! row_sparse array's rows move between its GPU and a host mirror by [`rows`]). Both keep
 //! MXNet's association orders bit for bit. Every op completes from CUDA events through the
-//! engine's `push_async`: workers never block on the GPU.
+//! engine's `push_device`: workers never block on the GPU.
 
 mod compress;
 mod copy;

@@ -99,7 +99,7 @@ fn push_copies<T: Send + 'static>(
     let held = pairs.clone();
     let reads: Vec<&Var> = held.iter().map(|(s, _)| s.var()).collect();
     let writes: Vec<&Var> = held.iter().map(|(_, d)| d.var()).collect();
-    engine().push_async(&reads, &writes, priority, move |_env, done| {
+    engine().push_device(&reads, &writes, priority, false, move |_env, done| {
         let gpu_side = |(s, d): &(NDArray, NDArray)| match shown {
             Side::Source => s.clone(),
             Side::Destination => d.clone(),

@@ -107,7 +107,7 @@ fn push_id_downloads(sources: Vec<NDArray>, owners: Vec<(NDArray, usize)>, write
     let reads: Vec<&Var> = held.0.iter().map(NDArray::var).collect();
     let write_vars: Vec<&Var> = held.1.iter().map(NDArray::var).collect();
     let written = writes.to_vec();
-    engine().push_async(&reads, &write_vars, priority, move |_, done| {
+    engine().push_device(&reads, &write_vars, priority, false, move |_, done| {
         let bytes = sources.iter().filter_map(NDArray::device_rows).map(|p| p.rows * p.id_dtype.size()).sum();
         let span = super::traced_span("gpu_row_ids", sources.len(), bytes, &sources[0]);
         let mut q = Queue::new();
@@ -249,7 +249,7 @@ pub(super) fn push_sums(values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, priority
     let reads: Vec<&Var> = batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)).collect();
     let writes: Vec<&Var> = dsts.iter().map(NDArray::var).collect();
     let values = Arc::clone(values);
-    engine().push_async(&reads, &writes, priority, move |_, done| run_sums(values, batch, slot, done));
+    engine().push_device(&reads, &writes, priority, false, move |_, done| run_sums(values, batch, slot, done));
 }
 
 fn run_sums(values: Arc<Vec<NDArray>>, batch: Vec<SumJob>, slot: Option<Slot>, done: OpDone) {
@@ -341,7 +341,7 @@ pub(super) fn push_pull(pull: RowSparsePull, priority: i32) {
     let reads = [pull.stored.var(), pull.row_ids.var()];
     let writes = [pull.out.var()];
     let (stored, out, row_ids) = (pull.stored.clone(), pull.out.clone(), pull.row_ids.clone());
-    engine().push_async(&reads, &writes, priority, move |_, done| {
+    engine().push_device(&reads, &writes, priority, false, move |_, done| {
         run_pull(RowSparsePull { stored, out, row_ids }, slot, done)
     });
 }

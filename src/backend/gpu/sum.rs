@@ -36,12 +36,8 @@ pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<
     let values_for_op = Arc::clone(values);
     let batch_for_op = Arc::clone(&batch);
     let work = move |_: &crate::engine::OpEnv, done| run(order, values_for_op, batch_for_op, done);
-    if batch.iter().any(|j| j.tail.is_some()) {
-        engine().push_async_extensible(&reads, &writes, priority, work)
-    } else {
-        engine().push_async(&reads, &writes, priority, work);
-        None
-    }
+    let extensible = batch.iter().any(|j| j.tail.is_some());
+    engine().push_device(&reads, &writes, priority, extensible, work)
 }
 
 /// The address on `ordinal` that the sum into `dst` reads value `position`, `v`, from: its
