@@ -8,8 +8,11 @@ struct Sources {
 // acc_in_dst = 0: the fold starts from p[0]; 1: it continues from dst (a launch after the
 // first when there are more than MAX_SOURCES values; the host cuts the list at a block
 // boundary of the order, so the association is unchanged).
+// n_out outputs (a pull that joined the push: outs.p) get the sum too, written in the same
+// pass, so that they are not copied from dst afterwards (one read of the sum fewer each).
 template <typename T>
-__device__ __forceinline__ void sum_kernel(T* dst, const Sources& s, u32 n_src, u64 n, u32 order, u32 acc_in_dst) {
+__device__ __forceinline__ void sum_kernel(T* dst, const Sources& s, u32 n_src, u64 n, u32 order, u32 acc_in_dst,
+                                           const Sources* outs, u32 n_out) {
   GRID_STRIDE(i, n) {
     u32 k = 0;
     T acc;
@@ -31,11 +34,19 @@ __device__ __forceinline__ void sum_kernel(T* dst, const Sources& s, u32 n_src, 
       for (; k < n_src; ++k) acc = el_add(acc, dev_ptr((const T*)s.p[k])[i]);
     }
     dst[i] = acc;
+    for (u32 j = 0; j < n_out; ++j) dev_ptr((T*)outs->p[j])[i] = acc;
   }
 }
 
 #define SUM(name, T)                                                                          \
   extern "C" __global__ void sum_##name(T* dst, Sources s, u32 n_src, u64 n, u32 order, u32 acc_in_dst) { \
-    sum_kernel<T>(dst, s, n_src, n, order, acc_in_dst);                                      \
+    sum_kernel<T>(dst, s, n_src, n, order, acc_in_dst, nullptr, 0);                          \
   }
 FOR_EACH_SUMMABLE(SUM)
+
+#define SUM_OUT(name, T)                                                                                      \
+  extern "C" __global__ void sum_out_##name(T* dst, Sources s, u32 n_src, u64 n, u32 order, u32 acc_in_dst,   \
+                                            Sources outs, u32 n_out) {                                        \
+    sum_kernel<T>(dst, s, n_src, n, order, acc_in_dst, &outs, n_out);                                         \
+  }
+FOR_EACH_SUMMABLE(SUM_OUT)

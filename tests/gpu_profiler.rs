@@ -199,13 +199,16 @@ fn gpu_copies_and_kernels_appear_per_stream_with_bytes_timed_by_events_and_only_
     shown.sort();
     assert_eq!(shown, launched, "kernels (device, name, grid, block)");
     let names: Vec<&str> = launched.iter().map(|k| k.1.as_str()).collect();
-    for k in ["kernel fused_sum", "kernel fused_copy", "kernel sum_float32", "kernel quantize_2bit", "kernel dequantize_2bit"] {
+    for k in ["kernel fused_sum", "kernel fused_copy", "kernel quantize_2bit", "kernel dequantize_2bit"] {
         assert!(names.contains(&k), "{k} was not launched: {names:?}");
     }
+    // The big key's sum: alone, or writing the outputs of a pull that joined it.
+    assert!(names.iter().any(|k| *k == "kernel sum_float32" || *k == "kernel sum_out_float32"), "no big sum: {names:?}");
     for s in gpu.iter().filter(|s| s.name.starts_with("kernel ")) {
         let (bytes, elements) = (s.int("bytes"), s.int("elements"));
         match s.name.as_str() {
             "kernel sum_float32" => assert_eq!((bytes, elements), (big, big / 4), "{s:?}"),
+            "kernel sum_out_float32" => assert!(bytes > big && bytes % big == 0 && elements == bytes / 4, "{s:?}"),
             "kernel fused_sum" => assert_eq!((bytes, elements), (small, small / 4), "{s:?}"),
             // Pull outputs beside their merge buffers, moved as 8-, 4- or 1-byte words: each
             // launch copies whole arrays.

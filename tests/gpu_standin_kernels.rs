@@ -249,24 +249,42 @@ fn sums_equal_the_cpu_loops_for_every_dtype_order_and_source_count() {
                 let mut cpu = vec![0u8; bytes];
                 sum_into(dtype, order, &mut cpu, &src_slices, 1);
 
-                let mut dst = vec![0u64; bytes.div_ceil(8)];
-                let launches = sum_launches(n_src, order);
-                assert_eq!(launches.len() > 1, n_src > MAX_SOURCES - 3 * (order == SumOrder::CpuComm) as usize);
-                for l in launches {
-                    let mut sources = [0u64; MAX_SOURCES];
-                    for (slot, s) in sources.iter_mut().zip(&srcs[l.sources.clone()]) {
-                        *slot = s.as_ptr() as u64;
+                // Each sum twice: plain, and with joined outputs written by its last launch
+                // (`sum_out_<dtype>`, 1 to 3 of them).
+                for n_out in [0usize, 1 + n_src % 3] {
+                    let mut dst = vec![0u64; bytes.div_ceil(8)];
+                    let mut outs: Vec<Vec<u64>> = (0..n_out).map(|_| vec![0u64; bytes.div_ceil(8)]).collect();
+                    let launches = sum_launches(n_src, order);
+                    assert_eq!(launches.len() > 1, n_src > MAX_SOURCES - 3 * (order == SumOrder::CpuComm) as usize);
+                    let last = launches.len() - 1;
+                    for (i, l) in launches.into_iter().enumerate() {
+                        let mut sources = [0u64; MAX_SOURCES];
+                        for (slot, s) in sources.iter_mut().zip(&srcs[l.sources.clone()]) {
+                            *slot = s.as_ptr() as u64;
+                        }
+                        let params = Params::default()
+                            .ptr(dst.as_mut_ptr())
+                            .val(sources)
+                            .val(l.sources.len() as u32)
+                            .val(n as u64)
+                            .val(order_code(order))
+                            .val(l.acc_in_dst as u32);
+                        if i == last && n_out > 0 {
+                            let mut table = [0u64; MAX_SOURCES];
+                            for (slot, o) in table.iter_mut().zip(outs.iter_mut()) {
+                                *slot = o.as_mut_ptr() as u64;
+                            }
+                            launch_n(&format!("sum_out_{}", dtype.name()), params.val(table).val(n_out as u32), n as u64);
+                        } else {
+                            launch_n(&format!("sum_{}", dtype.name()), params, n as u64);
+                        }
                     }
-                    let params = Params::default()
-                        .ptr(dst.as_mut_ptr())
-                        .val(sources)
-                        .val(l.sources.len() as u32)
-                        .val(n as u64)
-                        .val(order_code(order))
-                        .val(l.acc_in_dst as u32);
-                    launch_n(&format!("sum_{}", dtype.name()), params, n as u64);
+                    let what = format!("sum_{} of {n_src} values, {order:?}, {n_out} outputs", dtype.name());
+                    assert_same(dtype, as_bytes(&dst, bytes), &cpu, &what);
+                    for o in &outs {
+                        assert_same(dtype, as_bytes(o, bytes), &cpu, &format!("{what}: an output"));
+                    }
                 }
-                assert_same(dtype, as_bytes(&dst, bytes), &cpu, &format!("sum_{} of {n_src} values, {order:?}", dtype.name()));
             }
         }
     }
@@ -518,7 +536,7 @@ fn the_registry_names_exactly_the_kernels_nvrtc_compiles() {
         // SAFETY: a NUL-terminated static string.
         names.insert(unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_string());
     }
-    assert_eq!(names.len(), 8 + 8 + 9 + 81 + 8, "sum and rsp_accumulate per summable dtype, fill per dtype, 81 casts, 8 single kernels");
+    assert_eq!(names.len(), 8 + 8 + 8 + 9 + 81 + 9, "sum, sum_out and rsp_accumulate per summable dtype, fill per dtype, 81 casts, 9 single kernels");
     match &s.nvrtc_entries {
         Some(entries) => assert_eq!(&names, entries, "the host build and NVRTC's PTX define different kernels"),
         None => println!("the_registry_names_exactly_the_kernels_nvrtc_compiles: NVRTC absent, compared with the counts only"),

@@ -126,6 +126,7 @@ mod tests {
             .collect();
         for d in summable {
             names.push(format!("sum_{d}"));
+            names.push(format!("sum_out_{d}"));
             names.push(format!("rsp_accumulate_{d}"));
         }
         for s in &all {

@@ -25,31 +25,53 @@ fn sms(ordinal: i32) -> u32 {
 
 /// `dst = Σ srcs` (`n` elements of `dtype`, every address on `dst`'s device) in `order`.
 pub fn sum(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: DType, order: SumOrder) {
+    sum_to(q, dst, srcs, n, dtype, order, &[]);
+}
+
+/// [`sum`], the sum also written to `outs` (on `dst`'s device, of its size) by the last
+/// launch, in the same pass. Returns how many of `outs` it writes: at most [`MAX_SOURCES`].
+pub fn sum_to(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: DType, order: SumOrder, outs: &[DevicePtr]) -> usize {
     if n == 0 || srcs.is_empty() {
-        return;
+        return 0;
     }
-    let name = format!("sum_{}", dtype.name());
+    let outs = &outs[..outs.len().min(MAX_SOURCES)];
     let grid = grid_blocks(n, THREADS, sms(dst.ordinal));
     let order_code: u32 = match order {
         SumOrder::Serial => 0,
         SumOrder::CpuComm => 1,
     };
-    for l in sum_launches(srcs.len(), order) {
+    let launches = sum_launches(srcs.len(), order);
+    let last = launches.len().saturating_sub(1);
+    for (i, l) in launches.into_iter().enumerate() {
         let mut table = [0u64; MAX_SOURCES];
         for (slot, s) in table.iter_mut().zip(&srcs[l.sources.clone()]) {
             *slot = s.addr;
         }
         let (mut d, mut count, mut elems, mut ord, mut acc) = (dst.addr, l.sources.len() as u32, n, order_code, l.acc_in_dst as u32);
-        let mut params: [*mut c_void; 6] = [
+        let mut out_table = [0u64; MAX_SOURCES];
+        for (slot, o) in out_table.iter_mut().zip(outs) {
+            *slot = o.addr;
+        }
+        let mut n_out = outs.len() as u32;
+        let mut params: [*mut c_void; 8] = [
             (&mut d as *mut u64).cast(),
             table.as_mut_ptr().cast(),
             (&mut count as *mut u32).cast(),
             (&mut elems as *mut u64).cast(),
             (&mut ord as *mut u32).cast(),
             (&mut acc as *mut u32).cast(),
+            out_table.as_mut_ptr().cast(),
+            (&mut n_out as *mut u32).cast(),
         ];
-        q.launch(dst.ordinal, &name, grid, THREADS, &mut params, Output { bytes: n as usize * dtype.size(), elements: n });
+        let (name, n_params, written) = if i == last && !outs.is_empty() {
+            (format!("sum_out_{}", dtype.name()), 8, 1 + outs.len())
+        } else {
+            (format!("sum_{}", dtype.name()), 6, 1)
+        };
+        let output = Output { bytes: n as usize * dtype.size() * written, elements: n * written as u64 };
+        q.launch(dst.ordinal, &name, grid, THREADS, &mut params[..n_params], output);
     }
+    outs.len()
 }
 
 /// Every key of `keys` (all on `ordinal`) summed by one launch, its table placed on the

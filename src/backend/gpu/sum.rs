@@ -63,7 +63,12 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
     let mut q = Queue::new();
     // Per device: the small keys, and the first one's destination (keeping the table).
     let mut small: Vec<(i32, Vec<SmallKey>, &NDArray)> = Vec::new();
+    // Outputs of pulls that joined (on the sums' own GPUs: their streams order the copies
+    // after the kernels); the op started, so no more can be handed. A big sum writes up to
+    // MAX_SOURCES of them in its own pass; the others are copied after the kernels.
+    let (mut joined, mut written_by_sums): (Vec<(NDArray, NDArray)>, Vec<NDArray>) = (Vec::new(), Vec::new());
     for job in batch.iter() {
+        let outs = job.tail.as_ref().map(|t| t.take()).unwrap_or_default();
         let Some(dst) = job.dst.device_ptr() else {
             q.fail("internal error: a GPU sum into host memory".into());
             break;
@@ -86,19 +91,21 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
                 None => small.push((dst.ordinal, vec![key], &job.dst)),
             }
         } else {
-            sums::sum(&mut q, dst, &srcs, n, dtype, order);
+            let out_ptrs: Vec<_> = outs.iter().map_while(NDArray::device_ptr).filter(|p| p.ordinal == dst.ordinal).collect();
+            let written = if out_ptrs.len() == outs.len() { sums::sum_to(&mut q, dst, &srcs, n, dtype, order, &out_ptrs) } else { 0 };
+            if written == 0 {
+                sums::sum(&mut q, dst, &srcs, n, dtype, order);
+            }
+            let mut outs = outs.into_iter();
+            written_by_sums.extend(outs.by_ref().take(written));
+            joined.extend(outs.map(|o| (job.dst.clone(), o)));
+            continue;
         }
+        joined.extend(outs.into_iter().map(|o| (job.dst.clone(), o)));
     }
     for (ordinal, keys, first) in &small {
         sums::fused(&mut q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::FusedTable, *ordinal, table));
     }
-    // Outputs of pulls that joined (on the sums' own GPUs: their streams order the copies
-    // after the kernels); the op started, so no more can be handed.
-    let joined: Vec<(NDArray, NDArray)> = batch
-        .iter()
-        .filter_map(|j| j.tail.as_ref().map(|t| (j, t.take())))
-        .flat_map(|(j, outs)| outs.into_iter().map(move |o| (j.dst.clone(), o)))
-        .collect();
     let landings = super::copy::enqueue_copies(&mut q, &joined);
     q.finish(
         Box::new(move |r| {
@@ -107,6 +114,6 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
             drop(span);
             done.finish(landed);
         }),
-        Box::new((values, batch, joined)),
+        Box::new((values, batch, joined, written_by_sums)),
     );
 }
