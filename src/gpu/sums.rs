@@ -23,13 +23,9 @@ fn sms(ordinal: i32) -> u32 {
     super::driver::runtime().ok().and_then(|rt| rt.device(ordinal).ok().map(|d| d.multiprocessors as u32)).unwrap_or(1)
 }
 
-/// `dst = Σ srcs` (`n` elements of `dtype`, every address on `dst`'s device) in `order`.
-pub fn sum(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: DType, order: SumOrder) {
-    sum_to(q, dst, srcs, n, dtype, order, &[]);
-}
-
-/// [`sum`], the sum also written to `outs` (on `dst`'s device, of its size) by the last
-/// launch, in the same pass. Returns how many of `outs` it writes: at most [`MAX_SOURCES`].
+/// `dst = Σ srcs` (`n` elements of `dtype`, every address on `dst`'s device) in `order`, the
+/// sum also written to `outs` (on `dst`'s device, of its size) by the last launch, in the same
+/// pass. Returns how many of `outs` it writes: at most [`MAX_SOURCES`].
 pub fn sum_to(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: DType, order: SumOrder, outs: &[DevicePtr]) -> usize {
     if n == 0 || srcs.is_empty() {
         return 0;

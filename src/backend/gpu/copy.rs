@@ -37,7 +37,13 @@ pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
     // Shared with the op, not cloned: a clone and its drop touch every array's reference
     // count on the calling thread.
     let pairs = Arc::new(pairs);
-    let reads: Vec<&Var> = pairs.iter().map(|(s, _)| s.var()).collect();
+    // A pull's pairs come grouped by source (a key's outputs): each source is read once.
+    let mut reads: Vec<&Var> = Vec::with_capacity(pairs.len());
+    for (s, _) in pairs.iter() {
+        if reads.last().is_none_or(|last| !std::ptr::eq(*last, s.var())) {
+            reads.push(s.var());
+        }
+    }
     let writes: Vec<&Var> = pairs.iter().map(|(_, d)| d.var()).collect();
     let pairs_for_op = Arc::clone(&pairs);
     engine().push_device(&reads, &writes, priority, false, move |_, done| run_copies(pairs_for_op, done));

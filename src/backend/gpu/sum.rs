@@ -91,11 +91,10 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
                 None => small.push((dst.ordinal, vec![key], &job.dst)),
             }
         } else {
+            // Written by the kernel when every output is on the sum's GPU (else all copied).
             let out_ptrs: Vec<_> = outs.iter().map_while(NDArray::device_ptr).filter(|p| p.ordinal == dst.ordinal).collect();
-            let written = if out_ptrs.len() == outs.len() { sums::sum_to(&mut q, dst, &srcs, n, dtype, order, &out_ptrs) } else { 0 };
-            if written == 0 {
-                sums::sum(&mut q, dst, &srcs, n, dtype, order);
-            }
+            let by_kernel: &[_] = if out_ptrs.len() == outs.len() { &out_ptrs } else { &[] };
+            let written = sums::sum_to(&mut q, dst, &srcs, n, dtype, order, by_kernel);
             let mut outs = outs.into_iter();
             written_by_sums.extend(outs.by_ref().take(written));
             joined.extend(outs.map(|o| (job.dst.clone(), o)));
