@@ -599,7 +599,7 @@ impl Engine {
     /// token's dependency, so the host orders its own ops on it with the engine's directly.
     /// `false` (and nothing taken) where `var` has a token already or no host engine runs ops.
     pub fn bind_host_token(&self, var: &Var, token: usize) -> bool {
-        self.host_scheduler().is_some() && var.token.compare_exchange(0, token, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        self.hosted() && var.token.compare_exchange(0, token, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
     /// Releases `var`'s token now, so that what it holds (a host array over `var`'s own memory,

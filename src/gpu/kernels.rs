@@ -26,18 +26,22 @@ pub fn full_source(file: &str, body: &str) -> String {
     format!("{PRELUDE}\n#line 1 \"{file}\"\n{body}")
 }
 
-/// The names a unit's source declares with `extern "C" __global__ void NAME(`: whole names,
-/// or for a kernel stamped out by a macro (`NAME_##suffix`) the part before the first `##`,
-/// a prefix of every kernel it makes.
-pub fn declared_kernels(body: &str) -> Vec<&str> {
+/// The kernels a unit's source declares with `extern "C" __global__ void NAME(`: a whole name
+/// (`false`), or for a kernel stamped out by a macro (`NAME_##suffix`) the part before the
+/// first `##` (`true`), a prefix of every kernel it makes.
+pub fn declared_kernels(body: &str) -> Vec<(&str, bool)> {
     const DECL: &str = "extern \"C\" __global__ void ";
     body.match_indices(DECL)
         .filter_map(|(at, _)| {
             let rest = &body[at + DECL.len()..];
             let name = &rest[..rest.find('(')?];
-            Some(name.split("##").next().unwrap_or(name).trim())
+            let (head, prefix) = match name.split_once("##") {
+                Some((head, _)) => (head, true),
+                None => (name, false),
+            };
+            Some((head.trim(), prefix))
         })
-        .filter(|n| !n.is_empty())
+        .filter(|(n, _)| !n.is_empty())
         .collect()
 }
 
@@ -47,13 +51,11 @@ pub fn declared_kernels(body: &str) -> Vec<&str> {
 pub fn unit_of(name: &str) -> Option<usize> {
     let mut best: Option<(usize, usize)> = None;
     for (i, (_, body)) in SOURCES.iter().enumerate() {
-        for declared in declared_kernels(body) {
-            let whole = !body.contains(&format!("{declared}##")) && declared == name;
-            let prefix = body.contains(&format!("{declared}##")) && name.starts_with(declared);
-            if whole {
+        for (declared, prefix) in declared_kernels(body) {
+            if !prefix && declared == name {
                 return Some(i);
             }
-            if prefix && best.is_none_or(|(_, len)| declared.len() > len) {
+            if prefix && name.starts_with(declared) && best.is_none_or(|(_, len)| declared.len() > len) {
                 best = Some((i, declared.len()));
             }
         }
@@ -142,6 +144,7 @@ mod tests {
         assert_eq!(unit("fused_copy"), Some("fused.cu"));
         assert_eq!(unit("sum_float32"), Some("sum.cu"));
         assert_eq!(unit("sum_int64"), Some("sum.cu"));
+        assert_eq!(unit("sum_out_float16"), Some("sum.cu"));
         assert_eq!(unit("rsp_gather"), Some("row_sparse.cu"));
         assert_eq!(unit("rsp_scatter"), Some("row_sparse.cu"));
         assert_eq!(unit("rsp_accumulate_float16"), Some("row_sparse.cu"));

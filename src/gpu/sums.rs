@@ -36,6 +36,11 @@ pub fn sum_to(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: 
         SumOrder::Serial => 0,
         SumOrder::CpuComm => 1,
     };
+    let mut out_table = [0u64; MAX_SOURCES];
+    for (slot, o) in out_table.iter_mut().zip(outs) {
+        *slot = o.addr;
+    }
+    let mut n_out = outs.len() as u32;
     let launches = sum_launches(srcs.len(), order);
     let last = launches.len().saturating_sub(1);
     for (i, l) in launches.into_iter().enumerate() {
@@ -44,11 +49,6 @@ pub fn sum_to(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: 
             *slot = s.addr;
         }
         let (mut d, mut count, mut elems, mut ord, mut acc) = (dst.addr, l.sources.len() as u32, n, order_code, l.acc_in_dst as u32);
-        let mut out_table = [0u64; MAX_SOURCES];
-        for (slot, o) in out_table.iter_mut().zip(outs) {
-            *slot = o.addr;
-        }
-        let mut n_out = outs.len() as u32;
         let mut params: [*mut c_void; 8] = [
             (&mut d as *mut u64).cast(),
             table.as_mut_ptr().cast(),

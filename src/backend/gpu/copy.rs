@@ -6,9 +6,9 @@
 //! completed from the event: the worker never waits for the GPU.
 //!
 //! Small copies within one GPU (a pull's outputs beside their merge buffer) go into one
-//! launch of `fused_copy` per device, each entry of its table a key of one source: a driver copy costs the
-//! calling thread microseconds, so a pull of many small keys would otherwise spend its time
-//! enqueueing copies rather than moving bytes.
+//! launch of `fused_copy` per device, each entry of its table a key of one source: a driver
+//! copy costs the enqueueing thread microseconds, so a pull of many small keys would
+//! otherwise spend its time enqueueing copies rather than moving bytes.
 
 use super::kept::{self, Use};
 use crate::base::DType;

@@ -2,7 +2,8 @@
 //! sum's device is copied into a buffer there (peer copies between GPUs, pinned staging from
 //! the host), then summed in the store's order — small keys of a batch in one fused launch
 //! per device, bigger keys by `sum_<dtype>` launches each. One engine op per batch, completed
-//! from the event.
+//! from the event. Outputs of a pull that joined the op (`crate::store`'s fusion) are written
+//! by a big key's last launch (`sum_out_<dtype>`), or copied after the kernels.
 //!
 //! The copy buffers are MXNet's `CommDevice` `copy_buf`: kept with the merge buffer
 //! ([`super::kept`]), one per value position whose value is on another device, made at the
