@@ -2,6 +2,7 @@
 //! element-wise casts. Arrays (`ndarray`), kernels (`reduce`, `compression`) and the engine
 //! stand on it; it imports nothing of the crate but `error`.
 
+pub(crate) mod affinity;
 pub mod buffer;
 mod cast;
 mod context;

@@ -14,10 +14,12 @@
 mod completion;
 mod extend;
 mod host_extend;
+mod placement;
 mod poison;
 mod queue;
 mod scheduler;
 
+use crate::base::affinity;
 use crate::error::{Error, Result};
 use completion::Completion;
 use once_cell::sync::Lazy;
@@ -243,7 +245,7 @@ pub fn run_ops_on(host: &'static dyn Scheduler) -> bool {
 }
 
 fn worker_count() -> usize {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cores = affinity::process_parallelism();
     std::env::var("MXNET_CPU_WORKER_NTHREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -310,10 +312,19 @@ impl Engine {
             poison: Poison::default(),
             host,
         }));
-        for i in 0..worker_count() {
+        let workers = worker_count();
+        let cpus = placement::worker_cpus(workers, affinity::process_cpus(), placement::setting(), placement::shared_host());
+        for i in 0..workers {
+            let cpu = cpus.as_ref().map(|c| c[i]);
             // A worker that cannot be spawned leaves fewer workers; with none at all, ops run
             // inline (see `Engine::release`).
-            let spawned = std::thread::Builder::new().name(format!("kvstore-worker-{i}")).spawn(move || engine.work_loop());
+            let spawned = std::thread::Builder::new().name(format!("kvstore-worker-{i}")).spawn(move || {
+                // A refused pin leaves the worker where the system puts it.
+                if let Some(cpu) = cpu {
+                    affinity::pin_current_thread(cpu);
+                }
+                engine.work_loop()
+            });
             if spawned.is_ok() {
                 engine.workers.fetch_add(1, Ordering::Relaxed);
             }

@@ -35,6 +35,8 @@ impl<E: Event> CompletionThread<E> {
     /// Starts the thread (named for the device).
     pub fn start(name: &str) -> std::io::Result<Self> {
         let (sender, receiver): (Sender<Pending<E>>, Receiver<Pending<E>>) = unbounded();
+        // A pinned worker that starts it must not hand it its one CPU.
+        let _spread = crate::base::affinity::unpinned();
         let thread = std::thread::Builder::new().name(name.to_string()).spawn(move || {
             for p in receiver {
                 let outcome = p.event.wait();

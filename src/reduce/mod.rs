@@ -13,7 +13,7 @@ mod sum;
 pub use parallel::ReduceConfig;
 pub use sum::{add_into, sum_into, sum_into_with_copies, SumOrder};
 
-use crate::base::{cast, DType};
+use crate::base::{affinity, cast, DType};
 
 /// Copies `src` (of `src_dtype`) into `dst` (of `dst_dtype`), casting element-wise; a big
 /// copy of one dtype is split over up to `threads` threads.
@@ -50,6 +50,7 @@ pub fn copy_cast_many_unfenced(src_dtype: DType, src: &[u8], outs: &mut [(DType,
             parts[t].push((*dtype, chunk));
         }
     }
+    let _spread = affinity::unpinned();
     std::thread::scope(|scope| {
         for (t, mut part) in parts.into_iter().enumerate() {
             let start = t * per * src_dtype.size();

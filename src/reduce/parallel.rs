@@ -1,5 +1,6 @@
 //! Splitting big kernels over threads, sized by MXNet's environment variables.
 
+use crate::base::affinity;
 use once_cell::sync::Lazy;
 
 /// How reductions use threads: MXNet's `MXNET_KVSTORE_REDUCTION_NTHREADS` and
@@ -17,7 +18,7 @@ fn env_usize(name: &str) -> Option<usize> {
 }
 
 static CONFIG: Lazy<ReduceConfig> = Lazy::new(|| {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = affinity::process_parallelism();
     ReduceConfig {
         threads: env_usize("MXNET_KVSTORE_REDUCTION_NTHREADS").filter(|&n| n > 0).unwrap_or(cores),
         bigarray_bound: env_usize("MXNET_KVSTORE_BIGARRAY_BOUND").unwrap_or(1_000_000),
@@ -52,6 +53,7 @@ pub(crate) fn for_parts<T: Send>(dst: &mut [T], budget: usize, f: impl Fn(usize,
         return;
     }
     let per = n.div_ceil(threads).div_ceil(4096) * 4096;
+    let _spread = affinity::unpinned();
     std::thread::scope(|scope| {
         let f = &f;
         let mut parts = dst.chunks_mut(per).enumerate();
@@ -82,6 +84,7 @@ pub(crate) fn for_parts_with<T: Send>(dst: &mut [T], others: &mut [&mut [T]], bu
             split[t].push(chunk);
         }
     }
+    let _spread = affinity::unpinned();
     std::thread::scope(|scope| {
         let f = &f;
         let mut parts = dst.chunks_mut(per).zip(split).enumerate();
@@ -106,4 +109,36 @@ pub(crate) fn copy(src: &[u8], dst: &mut [u8], elem_size: usize, budget: usize) 
         return;
     }
     for_parts(dst, budget, |offset, part| part.copy_from_slice(&src[offset..offset + part.len()]));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+
+    #[test]
+    fn the_parts_of_a_pinned_thread_run_on_every_cpu_of_the_process() {
+        let all = affinity::process_cpus().to_vec();
+        if all.len() < 2 || affinity::process_parallelism() < 2 || env_usize("MXNET_KVSTORE_REDUCTION_NTHREADS").is_some() {
+            return;
+        }
+        let seen = std::thread::spawn(move || {
+            assert!(affinity::pin_current_thread(all[0]));
+            // Read first on a pinned thread, the configuration still counts the process's CPUs.
+            assert_eq!(ReduceConfig::get().threads, affinity::process_parallelism());
+            let seen = Mutex::new(Vec::new());
+            let mut dst = vec![0u8; ReduceConfig::get().bigarray_bound.max(2 * 4096) * 2];
+            for_parts(&mut dst, 2, |offset, _| seen.lock().push((offset, affinity::allowed_cpus())));
+            let mut seen = seen.into_inner();
+            seen.sort();
+            (seen, affinity::allowed_cpus())
+        })
+        .join()
+        .unwrap();
+        let (parts, after) = seen;
+        assert_eq!(parts.len(), 2);
+        // The pinned thread runs the first part; its helper may use every CPU of the process.
+        assert_eq!(parts[1].1, affinity::process_cpus());
+        assert_eq!(after, vec![affinity::process_cpus()[0]], "pinned again afterwards");
+    }
 }

@@ -140,9 +140,13 @@ fn run_sum_batch(order: SumOrder, values: &[NDArray], batch: &[SumJob], env: &Op
     let views = read_views(&reads);
     let mut guards = write_views(&writes);
     let (dst_guards, mut tail_guards) = guards.split_at_mut(batch.len());
+    let mut ahead = views.iter().skip(batch.first().map_or(0, |j| j.values.len()));
     let mut views = views.iter();
     let mut srcs: Vec<&[u8]> = Vec::new();
-    for ((job, guard), tail) in batch.iter().zip(dst_guards.iter_mut()).zip(&tails) {
+    for (k, ((job, guard), tail)) in batch.iter().zip(dst_guards.iter_mut()).zip(&tails).enumerate() {
+        if let Some(next) = batch.get(k + 1) {
+            ahead.by_ref().take(next.values.len()).for_each(|v| prefetch_head(v.bytes()));
+        }
         srcs.clear();
         srcs.extend(views.by_ref().take(job.values.len()).map(|v| v.bytes()));
         if tail.is_empty() {
@@ -155,6 +159,17 @@ fn run_sum_batch(order: SumOrder, values: &[NDArray], batch: &[SumJob], env: &Op
         sum_into_with_copies(job.dst.dtype(), order, guard.bytes_mut(), &mut outs, &srcs, env.threads());
     }
     Ok(())
+}
+
+/// Lines of each of the next sum's sources asked for while the current sum runs: a small
+/// key's value is a page or two, and the hardware prefetchers start a stream in a page only
+/// after its first misses.
+const SOURCE_LINES_AHEAD: usize = 16;
+
+fn prefetch_head(bytes: &[u8]) {
+    for offset in (0..bytes.len().min(SOURCE_LINES_AHEAD * 64)).step_by(64) {
+        crate::base::prefetch::prefetch_line(bytes[offset..].as_ptr());
+    }
 }
 
 /// `values`, each one sharing memory with `dst` replaced by a private copy, or `None` when
