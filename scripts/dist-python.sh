@@ -42,6 +42,12 @@ hosted_extra=(
 )
 work=$(mktemp -d "${TMPDIR:-/tmp}/dist-python-XXXXXX")
 
+reference_job() {
+  local i=$1; shift
+  (cd tests/dist_python && env -u MXNET_LIBRARY_PATH ../../scripts/pslite-launch -n 2 -s 1 \
+    --timeout "$reference_timeout_s" --retries 2 --output-dir "$work/reference/job$i" "$python" "$@")
+}
+
 run_reference() {
   local i=0
   for job in "${jobs[@]}"; do
@@ -49,8 +55,14 @@ run_reference() {
     i=$((i + 1))
     echo "== reference libmxnet.so (ps-lite, 2 workers, 1 server): $job"
     local t0=$SECONDS
-    (cd tests/dist_python && env -u MXNET_LIBRARY_PATH ../../scripts/pslite-launch -n 2 -s 1 \
-      --timeout "$reference_timeout_s" --retries 2 --output-dir "$work/reference/job$i" "$python" "${argv[@]}")
+    # The reference is the oracle, not the library under test: MXNet's own compressed_cpu
+    # test failed on it once in CI (a pull read 0 instead of 2; 12 of 12 passed by hand right
+    # after), so a failed reference job runs once more; libkvstore's legs never do.
+    if ! reference_job "$i" "${argv[@]}"; then
+      echo "   the reference failed; running it once more (outputs of the first try in $work/reference/job$i.first)"
+      mv "$work/reference/job$i" "$work/reference/job$i.first"
+      reference_job "$i" "${argv[@]}"
+    fi
     echo "   passed in $((SECONDS - t0)) s"
   done
 }
