@@ -11,7 +11,8 @@
  * >= 80% of pinned H2D bandwidth. Without a GPU it prints a skip line and exits 0.
  * --trace DIR: the last measured iteration of each workload's GPU run is recorded by the
  * profiler (MXNet's profiler C API) and dumped to DIR/<workload>.json as a Chrome trace.
- * usage: gpubench [--iters N] [--trace DIR] [--workload NAME]...   (built by scripts/gpu-bundle.sh) */
+ * --phases: also the medians of the push and pull calls' own times (the calling thread's share).
+ * usage: gpubench [--iters N] [--trace DIR] [--phases] [--workload NAME]...   (built by scripts/gpu-bundle.sh) */
 #define _POSIX_C_SOURCE 200809L
 #include "../ctests/common.h"
 #include <dlfcn.h>
@@ -118,6 +119,7 @@ static int measure_limits(size_t bytes, double *d2d_s, double *h2d_gbs) {
 
 /* ---- the measured iterations --------------------------------------------------------- */
 static const char *trace_dir = NULL;
+static int phases = 0;
 
 static double run(const char *name, int from_cpu, int n_gpus, int iters) {
   KVStoreHandle kv;
@@ -140,6 +142,7 @@ static double run(const char *name, int from_cpu, int n_gpus, int iters) {
   }
   uint32_t total = (uint32_t)(nkeys * values);
   double *t = malloc(sizeof(double) * (size_t)iters);
+  double *push_s = malloc(sizeof(double) * (size_t)iters), *pull_s = malloc(sizeof(double) * (size_t)iters);
   char trace_path[4096];
   int traced_run = trace_dir && !from_cpu;
   if (traced_run) snprintf(trace_path, sizeof trace_path, "%s/%s.json", trace_dir, name);
@@ -152,9 +155,15 @@ static double run(const char *name, int from_cpu, int n_gpus, int iters) {
     }
     double t0 = now();
     CHECK(MXKVStorePush(kv, total, keys, vals, 0));
+    double t1 = now();
     CHECK(MXKVStorePull(kv, total, keys, outs, 0));
+    double t2 = now();
     CHECK(MXNDArrayWaitAll());
-    if (it >= 0) t[it] = now() - t0;
+    if (it >= 0) {
+      t[it] = now() - t0;
+      push_s[it] = t1 - t0;
+      pull_s[it] = t2 - t1;
+    }
     if (traced) {
       CHECK(MXSetProfilerState(0));
       CHECK(MXDumpProfile(1));
@@ -162,6 +171,12 @@ static double run(const char *name, int from_cpu, int n_gpus, int iters) {
   }
   qsort(t, (size_t)iters, sizeof t[0], cmp_double);
   double median = t[iters / 2];
+  if (phases && !from_cpu) {
+    qsort(push_s, (size_t)iters, sizeof push_s[0], cmp_double);
+    qsort(pull_s, (size_t)iters, sizeof pull_s[0], cmp_double);
+    printf("%-9s phases: push call %.1f us, pull call %.1f us (medians)\n", name, push_s[iters / 2] * 1e6, pull_s[iters / 2] * 1e6);
+  }
+  free(push_s); free(pull_s);
   for (uint32_t i = 0; i < total; i++) { MXNDArrayFree(vals[i]); MXNDArrayFree(outs[i]); }
   CHECK(MXKVStoreFree(kv));
   free(vals); free(outs); free(keys); free(t);
@@ -175,7 +190,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--workload") && i + 1 < argc && n_names < 8) names[n_names++] = argv[++i];
     else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace_dir = argv[++i];
-    else { fprintf(stderr, "usage: %s [--iters N] [--trace DIR] [--workload NAME]...\n", argv[0]); return 2; }
+    else if (!strcmp(argv[i], "--phases")) phases = 1;
+    else { fprintf(stderr, "usage: %s [--iters N] [--trace DIR] [--phases] [--workload NAME]...\n", argv[0]); return 2; }
   }
   if (n_names == 0) { names[0] = "resnet50"; names[1] = "big"; names[2] = "small"; names[3] = "latency"; n_names = 4; }
   if (iters < 1) iters = 1;

@@ -2,8 +2,10 @@
  *   count        prints the device count and gpu(0)'s total memory;
  *   alloc_fail   with CUDA_STANDIN_FAIL=cuMemAlloc_v2:1: the first GPU array fails at the
  *                call with a clear message, the next one works;
- *   async_fail [ERROR]  with CUDA_STANDIN_FAIL=cuLaunchKernel:1 (or a copy, or the sum's
- *                scratch allocation): a device-store push whose sum fails on the last GPU
+ *   async_fail [ERROR [many_keys|gpu_out]]  with CUDA_STANDIN_FAIL=cuLaunchKernel:1 (or a
+ *                copy, or the sum's scratch allocation: with many_keys, the fused table of
+ *                MANY_KEYS more keys pushed with key 1): a device-store push whose sum fails on
+ *                the last GPU (pulled into a host array, or with gpu_out into one on that GPU)
  *                reports the driver's error (ERROR, default CUDA_ERROR_ILLEGAL_ADDRESS) at the
  *                next wait on what it wrote; a key on the host is intact; nothing hangs;
  *   trace_loop   a steady push/pull loop of small keys on every GPU, printing the trace file's
@@ -57,7 +59,11 @@ static void alloc_fail(void) {
   CHECK(MXNDArrayFree(h));
 }
 
-static void async_fail(const char *expected) {
+/* Keys pushed with key 1 in async_fail's many_keys mode: their fused table is too big for a
+ * launch's parameters, so it is the sum's first allocation on the GPU. */
+#define MANY_KEYS 80
+
+static void async_fail(const char *expected, int many_keys, int gpu_out) {
   int last = n_gpus - 1;
   KVStoreHandle kv, host_kv;
   CHECK(MXKVStoreCreate("device", &kv));
@@ -69,12 +75,24 @@ static void async_fail(const char *expected) {
   CHECK(MXKVStoreInit(host_kv, 1, &key, &init));
   /* Another key, on the host: pushed before the fault, pulled after it. */
   NDArrayHandle host_vals[2] = {filled(DEV_CPU, 0, n, 1.0f), filled(DEV_CPU, 1, n, 2.0f)};
-  int keys[2] = {1, 1};
+  int keys[2 * (MANY_KEYS + 1)] = {1, 1};
   CHECK(MXKVStorePush(host_kv, 2, keys, host_vals, 0));
+  /* With gpu_out, the pull's output is beside the merge buffer: its copy is queued on the
+   * sum's stream behind the faulting work, before that work has finished. (Made before the
+   * fault, which leaves the GPU unusable.) */
+  NDArrayHandle out1 = filled(gpu_out ? DEV_GPU : DEV_CPU, gpu_out ? last : 0, n, 0.0f);
   /* The key on the last GPU: its sum is the process's first kernel launch, which faults. */
   NDArrayHandle gpu_vals[2] = {filled(DEV_GPU, last, n, 1.0f), filled(DEV_GPU, last, n, 2.0f)};
-  CHECK(MXKVStorePush(kv, 2, keys, gpu_vals, 0));
-  NDArrayHandle out1 = filled(DEV_CPU, 0, n, 0.0f), out2 = filled(DEV_CPU, 0, n, 0.0f);
+  NDArrayHandle pushed[2 * (MANY_KEYS + 1)] = {gpu_vals[0], gpu_vals[1]};
+  int n_pushed = 2;
+  for (int k = 2; many_keys && k <= MANY_KEYS + 1; k++) {
+    CHECK(MXKVStoreInit(kv, 1, &k, &init));
+    keys[n_pushed] = keys[n_pushed + 1] = k;
+    pushed[n_pushed++] = gpu_vals[0];
+    pushed[n_pushed++] = gpu_vals[1];
+  }
+  CHECK(MXKVStorePush(kv, (uint32_t)n_pushed, keys, pushed, 0));
+  NDArrayHandle out2 = filled(DEV_CPU, 0, n, 0.0f);
   CHECK(MXKVStorePull(kv, 1, &key, &out1, 0));
   EXPECT(MXNDArrayWaitToRead(out1) == -1);
   const char *err = MXGetLastError();
@@ -113,7 +131,8 @@ static long trace_size(void) {
   return path && stat(path, &st) == 0 ? (long)st.st_size : -1;
 }
 
-#define KEYS 8
+/* Enough arrays per call that its ops are not tiny (a tiny op is enqueued by the caller). */
+#define KEYS 16
 static void trace_loop(void) {
   KVStoreHandle kv;
   CHECK(MXKVStoreCreate("device", &kv));
@@ -352,7 +371,8 @@ int main(int argc, char **argv) {
   EXPECT(n_gpus > 0);
   if (!strcmp(argv[1], "count")) count();
   else if (!strcmp(argv[1], "alloc_fail")) alloc_fail();
-  else if (!strcmp(argv[1], "async_fail")) async_fail(argc > 2 ? argv[2] : "CUDA_ERROR_ILLEGAL_ADDRESS");
+  else if (!strcmp(argv[1], "async_fail"))
+    async_fail(argc > 2 ? argv[2] : "CUDA_ERROR_ILLEGAL_ADDRESS", argc > 3 && !strcmp(argv[3], "many_keys"), argc > 3 && !strcmp(argv[3], "gpu_out"));
   else if (!strcmp(argv[1], "trace_loop")) trace_loop();
   else if (!strcmp(argv[1], "trace_rsp")) trace_rsp();
   else if (!strcmp(argv[1], "steady") && argc > 3) steady(argv[2], argv[3]);

@@ -58,7 +58,14 @@ __device__ __forceinline__ h16 f32_to_h16(float f) {
   return h;
 }
 template <typename T> __device__ __forceinline__ T* dev_ptr(T* p) { return p; }
+// A struct parameter read in place (CUDA 11.7+, sm_70+); older ones copy it, still correct.
+#if (__CUDACC_VER_MAJOR__ > 11 || (__CUDACC_VER_MAJOR__ == 11 && __CUDACC_VER_MINOR__ >= 7)) && __CUDA_ARCH__ >= 700
+#define GRID_CONSTANT __grid_constant__
 #else
+#define GRID_CONSTANT
+#endif
+#else
+#define GRID_CONSTANT
 // Exact: every float16 is a float32. Subnormals are normalised; NaN keeps its payload and
 // is made quiet, as x86's F16C and the half crate do.
 __device__ __forceinline__ float h16_to_f32(h16 h) {

@@ -177,14 +177,20 @@ fn out_of_device_memory_fails_at_the_call_and_the_next_allocation_works() {
 #[test]
 fn a_faulting_kernel_or_copy_reaches_the_next_wait_and_other_work_goes_on() {
     for devices in [1, 2, 4] {
-        for (fault, error) in [
-            ("cuLaunchKernel:1", "CUDA_ERROR_ILLEGAL_ADDRESS"),
-            ("cuMemcpyDtoHAsync_v2:1", "CUDA_ERROR_ILLEGAL_ADDRESS"),
-            // The sum's scratch (its fused table, kept with the key from its first push): out
-            // of memory at the next wait.
-            ("cuMemAllocAsync:1", "CUDA_ERROR_OUT_OF_MEMORY"),
+        for (fault, error, values) in [
+            ("cuLaunchKernel:1", "CUDA_ERROR_ILLEGAL_ADDRESS", "one_key"),
+            // The pull into the sum's GPU is queued behind the faulting kernel on its stream
+            // (stream ordered, with the stream's work delayed: before the fault shows): the
+            // failure still reaches its output.
+            ("cuLaunchKernel:1", "CUDA_ERROR_ILLEGAL_ADDRESS", "gpu_out"),
+            ("cuMemcpyDtoHAsync_v2:1", "CUDA_ERROR_ILLEGAL_ADDRESS", "one_key"),
+            // The sum's scratch (the fused table of many keys, too big for the launch's
+            // parameters, kept with the first key from its first push): out of memory at the
+            // next wait.
+            ("cuMemAllocAsync:1", "CUDA_ERROR_OUT_OF_MEMORY", "many_keys"),
         ] {
-            let out = run(gpu_standin(), &["async_fail", error], devices, &[("CUDA_STANDIN_FAIL", fault)]);
+            let delay = if values == "gpu_out" { "3000" } else { "0" };
+            let out = run(gpu_standin(), &["async_fail", error, values], devices, &[("CUDA_STANDIN_FAIL", fault), ("CUDA_STANDIN_DELAY_US", delay)]);
             assert_ok(&format!("gpu_standin async_fail with {fault} on {devices} devices"), &out);
         }
     }
@@ -226,7 +232,7 @@ fn a_steady_push_pull_loop_stays_off_the_calling_thread_allocates_no_pinned_memo
         assert!(pinned.is_empty(), "{devices} devices: pinned allocations in the steady loop: {pinned:?}");
         let launches: Vec<&Call> = calls.iter().filter(|c| c.name == "cuLaunchKernel").collect();
         assert!(
-            launches.iter().all(|c| c.kernel == Some("fused_sum") || c.kernel == Some("fused_copy")),
+            launches.iter().all(|c| c.kernel.is_some_and(|k| k.trim_end_matches("_by_value") == "fused_sum" || k.trim_end_matches("_by_value") == "fused_copy")),
             "small keys are summed and copied by fused launches only"
         );
         // The store places the keys' merge buffers over the devices: each push launches

@@ -293,9 +293,10 @@ fn sums_equal_the_cpu_loops_for_every_dtype_order_and_source_count() {
 #[test]
 fn the_fused_sum_equals_the_cpu_loops_for_every_key_of_a_packed_table() {
     let mut rng = Rng(0x5eed_0002);
+    let mut by_value_rounds = 0;
     for round in 0..12 {
         let n_keys = 1 + rng.below(12) as usize;
-        let mut inputs = Vec::new();
+        let mut inputs: Vec<FusedInput> = Vec::new();
         for k in 0..n_keys {
             let dtype = SUMMABLE[rng.below(8) as usize];
             let n = [0usize, 1, 255, 256, 257, 1000][(k + round) % 6];
@@ -322,18 +323,40 @@ fn the_fused_sum_equals_the_cpu_loops_for_every_key_of_a_packed_table() {
         let table_words = aligned(&table.bytes);
         let params = Params::default().ptr(table_words.as_ptr()).val(table.n_desc).val(table.elems_per_block);
         launch("fused_sum", params, table.n_blocks as u32, 96);
-        for (k, (dtype, n, order, srcs, dst)) in inputs.iter().enumerate() {
-            let bytes = n * dtype.size();
-            let src_slices: Vec<&[u8]> = srcs.iter().map(|s| as_bytes(s, bytes)).collect();
-            let mut cpu = vec![0u8; bytes];
-            if *n > 0 {
-                sum_into(*dtype, *order, &mut cpu, &src_slices, 1);
+        let check = |inputs: &[FusedInput], how: &str| {
+            for (k, (dtype, n, order, srcs, dst)) in inputs.iter().enumerate() {
+                let bytes = n * dtype.size();
+                let src_slices: Vec<&[u8]> = srcs.iter().map(|s| as_bytes(s, bytes)).collect();
+                let mut cpu = vec![0u8; bytes];
+                if *n > 0 {
+                    sum_into(*dtype, *order, &mut cpu, &src_slices, 1);
+                }
+                let what = format!("{how} key {k} of round {round}: {} x {n} {}, {order:?}", srcs.len(), dtype.name());
+                assert_same(*dtype, as_bytes(dst, bytes), &cpu, &what);
             }
-            let what = format!("fused key {k} of round {round}: {} x {n} {}, {order:?}", srcs.len(), dtype.name());
-            assert_same(*dtype, as_bytes(dst, bytes), &cpu, &what);
+        };
+        check(&inputs, "fused_sum");
+        // The same table passed by value (kernels/fused.cu's ParamTable), where it fits.
+        if table.bytes.len() <= PARAM_TABLE_BYTES {
+            for input in &mut inputs {
+                input.4.iter_mut().for_each(|w| *w = 0);
+            }
+            let mut by_value = table.bytes.clone();
+            by_value.resize(PARAM_TABLE_BYTES, 0);
+            let params = Params::default().bytes(&by_value).val(table.n_desc).val(table.elems_per_block);
+            launch("fused_sum_by_value", params, table.n_blocks as u32, 96);
+            check(&inputs, "fused_sum_by_value");
+            by_value_rounds += 1;
         }
     }
+    assert!(by_value_rounds >= 4, "too few tables fitted a launch's parameters: {by_value_rounds}");
 }
+
+/// A key of the fused test: dtype, elements, order, sources, output.
+type FusedInput = (DType, usize, SumOrder, Vec<Vec<u64>>, Vec<u64>);
+
+/// The size of `ParamTable` in kernels/fused.cu.
+const PARAM_TABLE_BYTES: usize = 4000;
 
 #[test]
 fn all_81_casts_equal_the_cpu_casts() {
@@ -536,7 +559,7 @@ fn the_registry_names_exactly_the_kernels_nvrtc_compiles() {
         // SAFETY: a NUL-terminated static string.
         names.insert(unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_string());
     }
-    assert_eq!(names.len(), 8 + 8 + 8 + 9 + 81 + 9, "sum, sum_out and rsp_accumulate per summable dtype, fill per dtype, 81 casts, 9 single kernels");
+    assert_eq!(names.len(), 8 + 8 + 8 + 9 + 81 + 11, "sum, sum_out and rsp_accumulate per summable dtype, fill per dtype, 81 casts, 11 single kernels");
     match &s.nvrtc_entries {
         Some(entries) => assert_eq!(&names, entries, "the host build and NVRTC's PTX define different kernels"),
         None => println!("the_registry_names_exactly_the_kernels_nvrtc_compiles: NVRTC absent, compared with the counts only"),

@@ -120,7 +120,7 @@ mod tests {
     fn expected_names() -> Vec<String> {
         let summable = ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int32", "int64"];
         let all: Vec<&str> = summable.iter().copied().chain(["bool"]).collect();
-        let mut names: Vec<String> = ["copy_bytes", "quantize_2bit", "dequantize_2bit", "quantize_1bit", "dequantize_1bit", "rsp_gather", "rsp_scatter", "fused_sum", "fused_copy"]
+        let mut names: Vec<String> = ["copy_bytes", "quantize_2bit", "dequantize_2bit", "quantize_1bit", "dequantize_1bit", "rsp_gather", "rsp_scatter", "fused_sum", "fused_copy", "fused_sum_by_value", "fused_copy_by_value"]
             .iter()
             .map(|s| s.to_string())
             .collect();

@@ -11,31 +11,66 @@ pub(crate) struct Completion {
     finished: Condvar,
     // Mirrors `state.done` so that registration can skip finished ops without locking.
     done: AtomicBool,
+    /// The op's work runs on a device: a thread waiting for it spins a little first.
+    device: bool,
 }
 
 #[derive(Default)]
 struct State {
     done: bool,
     waiters: Vec<Arc<Op>>,
+    /// The device stream the op's work was enqueued on, once all of it is (see
+    /// [`Completion::enqueued`]).
+    enqueued_on: Option<u64>,
+}
+
+/// What [`Completion::add_waiter`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// The op has finished: nothing to wait for.
+    Finished,
+    /// The waiter is released when the op finishes.
+    Added,
+    /// The op's work is enqueued on the waiter's stream, which orders the waiter's work after
+    /// it: the waiter need not wait.
+    StreamOrdered,
 }
 
 impl Completion {
-    pub(crate) fn new() -> Completion {
-        Completion { state: Mutex::new(State::default()), finished: Condvar::new(), done: AtomicBool::new(false) }
+    pub(crate) fn new(device: bool) -> Completion {
+        Completion { state: Mutex::new(State::default()), finished: Condvar::new(), done: AtomicBool::new(false), device }
     }
 
     pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
 
-    /// Makes `op` wait for this completion; false if it has already finished.
-    pub(crate) fn add_waiter(&self, op: &Arc<Op>) -> bool {
+    /// Makes `op` wait for this completion, unless it has finished or `op`'s work is ordered
+    /// after it on a device stream.
+    pub(crate) fn add_waiter(&self, op: &Arc<Op>) -> Wait {
         let mut s = self.state.lock();
         if s.done {
-            return false;
+            return Wait::Finished;
+        }
+        if s.enqueued_on.is_some() && s.enqueued_on == op.stream {
+            return Wait::StreamOrdered;
         }
         s.waiters.push(Arc::clone(op));
-        true
+        Wait::Added
+    }
+
+    /// Records that the op's device work is all enqueued on `stream`, and takes the waiters
+    /// whose work goes to the same stream: the stream runs theirs after it (none once the op
+    /// has finished: `complete` released them all).
+    pub(crate) fn enqueued(&self, stream: u64) -> Vec<Arc<Op>> {
+        let mut s = self.state.lock();
+        if s.done {
+            return Vec::new();
+        }
+        s.enqueued_on = Some(stream);
+        let (ordered, waiting): (Vec<Arc<Op>>, Vec<Arc<Op>>) = std::mem::take(&mut s.waiters).into_iter().partition(|w| w.stream == Some(stream));
+        s.waiters = waiting;
+        ordered
     }
 
     /// Marks the op finished; returns the ops that were waiting for it.
@@ -49,9 +84,33 @@ impl Completion {
 
     /// Blocks until the op has finished.
     pub(crate) fn wait(&self) {
+        if self.device {
+            spin_until(|| self.is_done());
+        }
         let mut s = self.state.lock();
         while !s.done {
             self.finished.wait(&mut s);
+        }
+    }
+}
+
+/// How long a thread waiting for device work polls before it sleeps: about what a small op
+/// takes on a GPU, and less than a sleeping thread's wake-up costs on a VM.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// Polls `ready` for up to [`SPIN`]; whether it became true. Used only while the awaited work
+/// runs on a device (a completion thread finishes it), so the spin takes no CPU from an op.
+pub(crate) fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= SPIN {
+            return ready();
         }
     }
 }

@@ -178,6 +178,33 @@ impl OpDone {
     }
 }
 
+impl OpDone {
+    /// A handle that tells the engine when the op's device work is all enqueued
+    /// ([`StreamSignal::enqueued`]), taken before `self` goes to whatever finishes it.
+    pub fn stream_signal(&self) -> StreamSignal {
+        StreamSignal { engine: self.engine, op: self.op.clone() }
+    }
+}
+
+/// Tells the engine that a device op's work is all enqueued on one stream ([`DeviceOp::stream`]).
+pub struct StreamSignal {
+    engine: &'static Engine,
+    op: Option<Arc<Op>>,
+}
+
+impl StreamSignal {
+    /// The op's work is all enqueued on `stream`, and so is whatever tells of its completion
+    /// (the device completes ops in the order of their work): ops waiting for it whose work goes
+    /// to the same stream are released now, their work queued behind its.
+    pub fn enqueued(self, stream: u64) {
+        let Some(op) = self.op else { return };
+        for waiter in op.completion.enqueued(stream) {
+            waiter.stream_ordered.store(true, Ordering::Release);
+            self.engine.release_after_device_op(waiter);
+        }
+    }
+}
+
 impl Drop for OpDone {
     fn drop(&mut self) {
         if let Some(op) = self.op.take() {
@@ -213,6 +240,28 @@ pub(crate) struct Op {
     host_started: std::sync::atomic::AtomicBool,
     /// Its work only enqueues device work ([`Engine::push_device`]).
     device: bool,
+    /// The device stream all of its work goes to, when known before it runs
+    /// ([`DeviceOp::stream`]).
+    stream: Option<u64>,
+    /// It was released before an op it depends on finished, that op's work being ahead of
+    /// its own on their stream: a failure of that op reaches it when it finishes.
+    stream_ordered: std::sync::atomic::AtomicBool,
+}
+
+/// How a device op is scheduled ([`Engine::push_device`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeviceOp {
+    /// Over a few arrays: ready at once and alone in the engine, it runs on the calling
+    /// thread, as [`Engine::push_batch`]'s tiny ops (enqueueing its device work costs less than
+    /// waking a worker).
+    pub tiny: bool,
+    /// Returns the op's ticket for [`Engine::try_extend`].
+    pub extensible: bool,
+    /// The one device stream (a key of the backend's choosing) that all of the op's work goes
+    /// to, in order, when known at scheduling: the op then need not wait for ops on the same
+    /// stream whose work is enqueued ([`StreamSignal::enqueued`]), as the stream runs its
+    /// work after theirs.
+    pub stream: Option<u64>,
 }
 
 /// The engine: a scheduling lock, a ready queue and worker threads.
@@ -221,7 +270,11 @@ pub struct Engine {
     // two ops scheduled at once on crossed variables could wait for each other.
     schedule_lock: Mutex<()>,
     ready: ReadyQueue,
-    outstanding: Mutex<usize>,
+    /// Ops scheduled and not finished, and how many of them are device ops.
+    outstanding: AtomicUsize,
+    device_outstanding: AtomicUsize,
+    /// Where `wait_all` sleeps until `outstanding` reaches zero.
+    idle: Mutex<()>,
     all_done: Condvar,
     /// Worker threads running; with none (spawning failed), ready ops run on the thread that
     /// made them ready.
@@ -252,6 +305,11 @@ fn worker_count() -> usize {
         .filter(|&n| n > 0)
         .unwrap_or(cores.max(2))
 }
+
+/// A device op over at most this many arrays, released by a device op's completion while that
+/// thread runs another, runs there after it (a few microseconds of enqueueing) rather than
+/// wait for a worker's wake-up; a bigger one is enqueued by a worker meanwhile.
+const LIGHT_DEVICE_OP_ARRAYS: usize = 256;
 
 /// The process-wide engine.
 pub fn engine() -> &'static Engine {
@@ -305,7 +363,9 @@ impl Engine {
         let engine: &'static Engine = Box::leak(Box::new(Engine {
             schedule_lock: Mutex::new(()),
             ready: ReadyQueue::new(),
-            outstanding: Mutex::new(0),
+            outstanding: AtomicUsize::new(0),
+            device_outstanding: AtomicUsize::new(0),
+            idle: Mutex::new(()),
             all_done: Condvar::new(),
             workers: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
@@ -340,8 +400,8 @@ impl Engine {
     /// Registers an op reading `reads` and writing `writes` (either may list a variable more
     /// than once, or in both): its completion, the completions it must wait for, whether its
     /// variables are disjoint (none written twice, none both read and written), and their ids.
-    fn register(&self, reads: &[&Var], writes: &[&Var]) -> Registered {
-        let completion = Arc::new(Completion::new());
+    fn register(&self, reads: &[&Var], writes: &[&Var], device: bool) -> Registered {
+        let completion = Arc::new(Completion::new(device));
         let mut deps = Vec::new();
         let mut disjoint = true;
         let mut vars = Vec::with_capacity(reads.len() + writes.len());
@@ -408,7 +468,7 @@ impl Engine {
         extensible: bool,
         work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
     ) -> Option<Ticket> {
-        self.schedule(reads, writes, priority, tiny, extensible, false, Box::new(move |env, done| done.finish(catch(|| work(env)))))
+        self.schedule(reads, writes, priority, tiny, extensible, None, Box::new(move |env, done| done.finish(catch(|| work(env)))))
     }
 
     /// Schedules an op whose work may finish later, on another thread or a device: `work`
@@ -416,23 +476,22 @@ impl Engine {
     /// ops waiting for it are released) when `done` is finished. The variables stay claimed
     /// until then; the worker is free as soon as `work` returns.
     pub fn push_async(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv, OpDone) + Send + 'static) {
-        self.schedule(reads, writes, priority, false, false, false, Box::new(work));
+        self.schedule(reads, writes, priority, false, false, None, Box::new(work));
     }
 
     /// [`Engine::push_async`] for an op whose work only enqueues device work (and completes
     /// from the device's completion thread): when another such op's completion releases it,
     /// it runs right there, on that thread, instead of waking a worker (tens of microseconds
-    /// on a VM, per op of a chain). With `extensible`, returns the op's ticket for
-    /// [`Engine::try_extend`].
+    /// on a VM, per op of a chain). See [`DeviceOp`] for the rest.
     pub fn push_device(
         &'static self,
         reads: &[&Var],
         writes: &[&Var],
         priority: i32,
-        extensible: bool,
+        how: DeviceOp,
         work: impl FnOnce(&OpEnv, OpDone) + Send + 'static,
     ) -> Option<Ticket> {
-        self.schedule(reads, writes, priority, false, extensible, true, Box::new(work))
+        self.schedule(reads, writes, priority, how.tiny, how.extensible, Some(how.stream), Box::new(work))
     }
 
     /// Whether a host's engine (hosted mode) runs the ops now.
@@ -450,11 +509,15 @@ impl Engine {
         priority: i32,
         tiny: bool,
         ticketed: bool,
-        device: bool,
+        device: Option<Option<u64>>,
         work: Work,
     ) -> Option<Ticket> {
-        *self.outstanding.lock() += 1;
-        let Registered { completion, deps, disjoint, vars } = self.register(reads, writes);
+        let (stream, device) = (device.flatten(), device.is_some());
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        if device {
+            self.device_outstanding.fetch_add(1, Ordering::AcqRel);
+        }
+        let Registered { completion, deps, disjoint, vars } = self.register(reads, writes, device);
         let op = Arc::new(Op {
             remaining: AtomicUsize::new(1),
             work: Mutex::new(Some(work)),
@@ -469,6 +532,8 @@ impl Engine {
             host_extensions: Mutex::new(Vec::new()),
             host_started: std::sync::atomic::AtomicBool::new(false),
             device,
+            stream,
+            stream_ordered: std::sync::atomic::AtomicBool::new(false),
         });
         let ticket = ticketed.then(|| Ticket::of(&op));
         if let Some(host) = self.host_scheduler() {
@@ -479,13 +544,24 @@ impl Engine {
         }
         for dep in deps {
             op.remaining.fetch_add(1, Ordering::AcqRel);
-            if !dep.add_waiter(&op) {
-                op.remaining.fetch_sub(1, Ordering::AcqRel);
+            match dep.add_waiter(&op) {
+                completion::Wait::Added => {}
+                completion::Wait::Finished => {
+                    op.remaining.fetch_sub(1, Ordering::AcqRel);
+                }
+                completion::Wait::StreamOrdered => {
+                    op.stream_ordered.store(true, Ordering::Release);
+                    op.remaining.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         }
-        // One count left means every dependency has finished: only this registration holds
-        // the op back, and nothing else can release it.
-        if tiny && op.remaining.load(Ordering::Acquire) == 1 {
+        // One count left means every dependency has finished (or is ahead of it on its
+        // stream): only this registration holds the op back, and nothing else can release it.
+        // A device op runs here only when it is the engine's one op, or queued behind the op
+        // it waited for on its stream: among others (a call of many keys), the workers
+        // enqueue them while this thread goes on registering.
+        let alone = !device || self.outstanding.load(Ordering::Acquire) == 1 || op.stream_ordered.load(Ordering::Acquire);
+        if tiny && alone && op.remaining.load(Ordering::Acquire) == 1 {
             op.remaining.store(0, Ordering::Release);
             self.run(op);
         } else {
@@ -533,10 +609,13 @@ impl Engine {
 
     /// [`Engine::release`] from a device op's completion (a device's completion thread, or the
     /// worker whose device op enqueued nothing), for a device op: a ready one runs here, once
-    /// per thread at a time (not nested), so a chain of device ops never waits for a worker.
+    /// per thread at a time (not nested: one released meanwhile runs after it, if light), so a
+    /// chain of device ops never waits for a worker.
     fn release_after_device_op(&'static self, op: Arc<Op>) {
         thread_local! {
             static RUNNING_RELEASED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+            static LIGHT_RELEASED: std::cell::RefCell<std::collections::VecDeque<Arc<Op>>> =
+                const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
         }
         if op.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
@@ -545,9 +624,19 @@ impl Engine {
             return self.run(op);
         }
         if RUNNING_RELEASED.with(|r| r.replace(true)) {
-            return self.ready.push(op);
+            // Released while this thread runs another: a light op runs here next, in turn; a
+            // heavy one goes to a worker, in parallel with this thread's.
+            if op.vars.len() <= LIGHT_DEVICE_OP_ARRAYS {
+                LIGHT_RELEASED.with(|q| q.borrow_mut().push_back(op));
+            } else {
+                self.ready.push(op);
+            }
+            return;
         }
         self.run(op);
+        while let Some(next) = LIGHT_RELEASED.with(|q| q.borrow_mut().pop_front()) {
+            self.run(next);
+        }
         RUNNING_RELEASED.with(|r| r.set(false));
     }
 
@@ -556,7 +645,7 @@ impl Engine {
     /// kept on any of the variables is reported (and cleared) instead of running `work`, as
     /// MXNet's `WaitToRead`/`WaitToWrite` do before a synchronous copy.
     pub fn run_sync<R>(&'static self, reads: &[&Var], writes: &[&Var], work: impl FnOnce() -> R) -> Result<R> {
-        let Registered { completion, deps, vars, .. } = self.register(reads, writes);
+        let Registered { completion, deps, vars, .. } = self.register(reads, writes, false);
         for dep in deps {
             dep.wait();
         }
@@ -626,11 +715,24 @@ impl Engine {
     /// Blocks until every scheduled op has finished; reports the first failure since the
     /// last `wait_all` and clears them all.
     pub fn wait_all(&self) -> Result<()> {
-        let mut n = self.outstanding.lock();
-        while *n > 0 {
-            self.all_done.wait(&mut n);
+        // While only device ops are pending, their completion threads finish them without a
+        // CPU of ours: a short spin saves the wake-up of a sleep (tens of microseconds on a
+        // VM), about the time a small op takes on the GPU.
+        let device_only = || {
+            let n = self.outstanding.load(Ordering::Acquire);
+            n > 0 && n == self.device_outstanding.load(Ordering::Acquire)
+        };
+        if device_only() {
+            completion::spin_until(|| !device_only());
         }
-        drop(n);
+        while self.outstanding.load(Ordering::Acquire) > 0 {
+            let mut idle = self.idle.lock();
+            // Checked under the lock that `finish` takes to notify: no wake-up is lost.
+            if self.outstanding.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            self.all_done.wait(&mut idle);
+        }
         self.poison.take_all().map_or(Ok(()), Err)
     }
 
@@ -673,6 +775,13 @@ impl Engine {
     /// Completes an op: records its failure on what it writes, then releases the ops waiting
     /// for it.
     fn finish(&'static self, op: Arc<Op>, failure: Option<Arc<Failure>>) {
+        // Released ahead of a stream-ordered dependency, the op ran on what that dependency
+        // wrote, failed or not: its failure, kept by now on what this op touches (the device's
+        // completions run in stream order), is this op's too.
+        let failure = match failure {
+            None if op.stream_ordered.load(Ordering::Acquire) => self.poison.find(&op.vars),
+            f => f,
+        };
         if let Some(f) = &failure {
             self.poison.record(&op.vars[..op.writes], f);
             self.poison.record(&op.extra_writes.lock(), f);
@@ -692,9 +801,11 @@ impl Engine {
                 self.release(waiter);
             }
         }
-        let mut n = self.outstanding.lock();
-        *n -= 1;
-        if *n == 0 {
+        if op.device {
+            self.device_outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _idle = self.idle.lock();
             self.all_done.notify_all();
         }
     }
@@ -742,7 +853,7 @@ impl Drop for OnHost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
 
     #[test]
     fn ops_on_one_var_run_in_call_order() {
@@ -975,23 +1086,128 @@ mod tests {
     }
 
     #[test]
+    fn a_tiny_device_op_runs_on_the_calling_thread_only_when_ready_and_alone() {
+        let e = Engine::start();
+        let (a, b) = (Var::new(), Var::new());
+        let me = std::thread::current().id();
+        let ran_on = |e: &'static Engine, var: &Var| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            e.push_device(&[], &[var], 0, DeviceOp { tiny: true, ..DeviceOp::default() }, move |_, done| {
+                tx.send(std::thread::current().id()).unwrap();
+                done.finish(Ok(()));
+            });
+            rx.recv().unwrap()
+        };
+        assert_eq!(ran_on(e, &a), me, "alone and ready: enqueued by the caller");
+        // Another op in flight (a device op whose work has not completed).
+        let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
+        e.push_device(&[], &[&b], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
+        let pending = rx.recv().unwrap();
+        assert!(ran_on(e, &a) != me, "with other ops outstanding, a worker enqueues it");
+        pending.finish(Ok(()));
+        e.wait_all().unwrap();
+        // Not ready (it waits for a write): released later, never on the caller.
+        let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
+        e.push_device(&[], &[&a], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
+        let first = rx.recv().unwrap();
+        let (tx2, rx2) = std::sync::mpsc::channel();
+        e.push_device(&[], &[&a], 0, DeviceOp { tiny: true, ..DeviceOp::default() }, move |_, done| {
+            tx2.send(std::thread::current().id()).unwrap();
+            done.finish(Ok(()));
+        });
+        // Completed elsewhere (as on a device's completion thread): op 2 runs there.
+        let completer = std::thread::spawn(move || {
+            first.finish(Ok(()));
+            std::thread::current().id()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(rx2.recv().unwrap(), completer);
+        e.wait_all().unwrap();
+    }
+
+    #[test]
+    fn an_op_on_the_stream_of_an_enqueued_op_runs_before_it_finishes_and_inherits_its_failure() {
+        let e = Engine::start();
+        let (a, b, c) = (Var::new(), Var::new(), Var::new());
+        const STREAM: u64 = 7;
+        let on = |stream| DeviceOp { stream: Some(stream), ..DeviceOp::default() };
+        // The first op writes `a`; its work is enqueued (signalled) but not finished.
+        let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
+        e.push_device(&[], &[&a], 0, on(STREAM), move |_, done| tx.send(done).unwrap());
+        let first = rx.recv().unwrap();
+        // Waiting for it: one on its stream, one on another stream, one with none.
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let mut dones = Vec::new();
+        for (name, how, write) in [("same", on(STREAM), &b), ("other", on(STREAM + 1), &c), ("none", DeviceOp::default(), &c)] {
+            let (ran, (tx, rx)) = (Arc::clone(&ran), std::sync::mpsc::channel::<OpDone>());
+            e.push_device(&[&a], &[write], 0, how, move |_, done| {
+                ran.lock().push(name);
+                tx.send(done).unwrap();
+            });
+            dones.push(rx);
+        }
+        assert!(ran.lock().is_empty(), "nothing runs before the first op's work is enqueued");
+        first.stream_signal().enqueued(STREAM);
+        let same = dones[0].recv_timeout(std::time::Duration::from_secs(5)).expect("the op on the same stream was released");
+        assert_eq!(*ran.lock(), ["same"]);
+        // Registered after the signal, an op on the same stream does not wait either.
+        let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
+        e.push_device(&[&a], &[&b], 0, on(STREAM), move |_, done| tx.send(done).unwrap());
+        // (It waits for `same`, which writes `b` and has not finished: finish that first.)
+        same.finish(Ok(()));
+        let later = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("released without the first op finishing");
+        // A tiny one, ready so, is enqueued by the calling thread (others are outstanding).
+        let (d, (tx, rx)) = (Var::new(), std::sync::mpsc::channel());
+        e.push_device(&[&a], &[&d], 0, DeviceOp { tiny: true, ..on(STREAM) }, move |_, done| {
+            tx.send(std::thread::current().id()).unwrap();
+            done.finish(Ok(()));
+        });
+        assert_eq!(rx.try_recv().ok(), Some(std::thread::current().id()), "a tiny stream-ordered op ran on the caller");
+        assert!(!ran.lock().contains(&"other"), "another stream still waits");
+        // The first op's work fails: the ops ordered behind it on its stream fail with it.
+        first.finish(Err(Error::new("device fault")));
+        later.finish(Ok(()));
+        let err = e.wait_to_read(&b).unwrap_err();
+        assert!(err.message().contains("device fault"), "{}", err.message());
+        // The ops that waited for it inherit the failure without running.
+        for rx in &dones[1..] {
+            assert!(rx.recv_timeout(std::time::Duration::from_secs(5)).is_err());
+        }
+        assert!(!ran.lock().contains(&"other") && !ran.lock().contains(&"none"));
+        // (The failure was reported once, at the wait above.)
+        e.wait_all().unwrap();
+    }
+
+    #[test]
     fn a_device_op_released_by_a_device_op_runs_on_the_thread_completing_it() {
         let e = Engine::start();
         let a = Var::new();
         let thread_of = |slot: &Arc<Mutex<Option<std::thread::ThreadId>>>| slot.lock().unwrap();
         // Device op 1 completes on a thread of its own (as from a device's completion thread).
         let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
-        e.push_device(&[], &[&a], 0, false, move |_, done| tx.send(done).unwrap());
-        let (second, third) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
-        let s = Arc::clone(&second);
+        e.push_device(&[], &[&a], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
+        let (second, third, heavy) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
+        let second_returned = Arc::new(AtomicBool::new(false));
+        let (s, returned) = (Arc::clone(&second), Arc::clone(&second_returned));
         // Device op 2 waits for op 1; it finishes at once, releasing device op 3.
-        e.push_device(&[], &[&a], 0, false, move |_, done| {
+        e.push_device(&[], &[&a], 0, DeviceOp::default(), move |_, done| {
             *s.lock() = Some(std::thread::current().id());
             done.finish(Ok(()));
+            returned.store(true, Ordering::SeqCst);
         });
-        let t = Arc::clone(&third);
-        e.push_device(&[], &[&a], 0, false, move |_, done| {
-            *t.lock() = Some(std::thread::current().id());
+        let (t, returned) = (Arc::clone(&third), Arc::clone(&second_returned));
+        e.push_device(&[], &[&a], 0, DeviceOp::default(), move |_, done| {
+            *t.lock() = Some((std::thread::current().id(), returned.load(Ordering::SeqCst)));
+            done.finish(Ok(()));
+        });
+        // A device op over many arrays, released by op 3, is enqueued by a worker meanwhile.
+        let many: Vec<Var> = (0..LIGHT_DEVICE_OP_ARRAYS).map(|_| Var::new()).collect();
+        let mut writes: Vec<&Var> = many.iter().collect();
+        writes.push(&a);
+        let hv = Arc::clone(&heavy);
+        e.push_device(&[], &writes, 0, DeviceOp::default(), move |_, done| {
+            *hv.lock() = Some(std::thread::current().id());
             done.finish(Ok(()));
         });
         // A host op after them runs on a worker, as always.
@@ -1008,8 +1224,11 @@ mod tests {
         let completer = completer.join().unwrap();
         e.wait_all().unwrap();
         assert_eq!(thread_of(&second), completer, "the released device op ran where op 1 completed");
-        // Not nested: op 3, released by op 2 while it ran there, went to a worker.
-        assert!(thread_of(&third) != completer, "a device op ran nested in another's release");
+        // Not nested: op 3, released by op 2 while it ran there, ran there after op 2 returned.
+        let (third_thread, after_second) = third.lock().unwrap();
+        assert_eq!(third_thread, completer, "a light device op released meanwhile runs on the completing thread");
+        assert!(after_second, "a device op ran nested in another's release");
+        assert!(thread_of(&heavy) != completer, "a heavy device op released meanwhile waited for this thread");
         assert!(thread_of(&host) != completer, "a host op ran on the completing thread");
     }
 

@@ -38,7 +38,7 @@ impl<E: Event> CompletionThread<E> {
         // A pinned worker that starts it must not hand it its one CPU.
         let _spread = crate::base::affinity::unpinned();
         let thread = std::thread::Builder::new().name(name.to_string()).spawn(move || {
-            for p in receiver {
+            while let Some(p) = next(&receiver) {
                 let outcome = p.event.wait();
                 (p.completion)(outcome);
                 // Dropped only now: the arrays outlive their GPU work and the completion.
@@ -61,6 +61,24 @@ impl<E: Event> CompletionThread<E> {
         self.sender.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// How long the completion thread polls for the next op before it sleeps: ops come in
+/// bursts (a call's batches, a push then its pull, one iteration after another), and a sleeping
+/// thread's wake-up costs tens of microseconds on a VM, more than a small op's GPU work.
+const POLL: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// The next op handed over, polled for [`POLL`] then waited for; `None` after shutdown.
+fn next<E>(receiver: &Receiver<Pending<E>>) -> Option<Pending<E>> {
+    let start = std::time::Instant::now();
+    loop {
+        match receiver.try_recv() {
+            Ok(p) => return Some(p),
+            Err(crossbeam::channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam::channel::TryRecvError::Empty) if start.elapsed() < POLL => std::hint::spin_loop(),
+            Err(crossbeam::channel::TryRecvError::Empty) => return receiver.recv().ok(),
         }
     }
 }

@@ -57,6 +57,11 @@ impl Drop for Events {
     fn drop(&mut self) {
         let Ok(rt) = runtime() else { return };
         for &(ordinal, event) in &self.0 {
+            // Back to its device's pool: recorded again by a later op (no driver call here).
+            if let Ok(dev) = device(ordinal) {
+                dev.idle_events.lock().push(event);
+                continue;
+            }
             let _ = rt.with_context(ordinal, |api| {
                 // SAFETY: created by cuEventCreate, waited for (or abandoned), destroyed once.
                 rt.check(ordinal, "cuEventDestroy", unsafe { (api.event_destroy)(event as Handle) })
@@ -71,6 +76,9 @@ pub struct Device {
     pub ordinal: i32,
     streams: [usize; 3],
     completion: CompletionThread<Events>,
+    /// Completion events whose op has completed, kept for later ops: creating and destroying
+    /// one per op costs two driver calls more per op.
+    idle_events: parking_lot::Mutex<Vec<usize>>,
 }
 
 static DEVICES: Lazy<Vec<OnceCell<Device>>> =
@@ -104,7 +112,7 @@ fn open(rt: &'static Runtime, ordinal: i32) -> Result<Device, String> {
     }
     let completion = CompletionThread::start(&format!("kvstore-gpu{ordinal}-completion"))
         .map_err(|e| format!("gpu({ordinal}): starting its completion thread failed: {e}"))?;
-    Ok(Device { ordinal, streams, completion })
+    Ok(Device { ordinal, streams, completion, idle_events: parking_lot::Mutex::new(Vec::new()) })
 }
 
 /// Lets `ordinal` and every other device read each other's memory where the hardware allows
@@ -142,15 +150,24 @@ impl Device {
         let rt = runtime()?;
         let mut events = Events(Vec::with_capacity(streams.len()));
         for &(ordinal, lane) in streams {
-            let stream = device(ordinal)?.stream(lane);
+            let dev = device(ordinal)?;
+            let stream = dev.stream(lane);
+            let idle = dev.idle_events.lock().pop();
             let event = rt.with_context(ordinal, |api| {
-                let mut e: Handle = std::ptr::null_mut();
-                // SAFETY: the device's context is current; valid out-pointer.
-                rt.check(ordinal, "cuEventCreate", unsafe { (api.event_create)(&mut e, CU_EVENT_DISABLE_TIMING) })?;
-                // SAFETY: a fresh event and one of the device's streams.
+                let e = match idle {
+                    Some(e) => e as Handle,
+                    None => {
+                        let mut e: Handle = std::ptr::null_mut();
+                        // SAFETY: the device's context is current; valid out-pointer.
+                        rt.check(ordinal, "cuEventCreate", unsafe { (api.event_create)(&mut e, CU_EVENT_DISABLE_TIMING) })?;
+                        e
+                    }
+                };
+                // SAFETY: an event of this device (fresh, or one whose last recording was
+                // waited for) and one of the device's streams.
                 let recorded = rt.check(ordinal, "cuEventRecord", unsafe { (api.event_record)(e, stream) });
                 if let Err(err) = recorded {
-                    // SAFETY: the event was never recorded; nothing waits on it.
+                    // SAFETY: the event's failed recording leaves nothing waiting on it.
                     unsafe { (api.event_destroy)(e) };
                     return Err(err);
                 }

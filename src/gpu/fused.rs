@@ -1,7 +1,7 @@
-//! Small keys, fused: the descriptor table of `kernels/fused.cu`. One launch per device per
-//! call sums every small key: the host packs, per key, its output, its sources and its run of
-//! blocks; the table is uploaded from a pinned ring and the kernel finds each block's key by
-//! binary search over `block_start`.
+//! Keys, fused: the descriptor table of `kernels/fused.cu`. One launch per device per batch
+//! sums its keys: the host packs, per key, its output, its sources and its run of blocks; the
+//! table goes in the launch's parameters or is uploaded ahead of it (`src/gpu/sums.rs`), and
+//! the kernel finds each block's key by binary search over `block_start`.
 
 use crate::base::DType;
 use crate::reduce::SumOrder;

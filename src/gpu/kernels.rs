@@ -142,6 +142,8 @@ mod tests {
         let unit = |name: &str| unit_of(name).map(|i| SOURCES[i].0);
         assert_eq!(unit("fused_sum"), Some("fused.cu"));
         assert_eq!(unit("fused_copy"), Some("fused.cu"));
+        assert_eq!(unit("fused_sum_by_value"), Some("fused.cu"));
+        assert_eq!(unit("fused_copy_by_value"), Some("fused.cu"));
         assert_eq!(unit("sum_float32"), Some("sum.cu"));
         assert_eq!(unit("sum_int64"), Some("sum.cu"));
         assert_eq!(unit("sum_out_float16"), Some("sum.cu"));

@@ -42,6 +42,15 @@ impl Queue {
         self.error.is_some()
     }
 
+    /// The device whose compute stream took all of the work enqueued, if that is the one
+    /// stream used and nothing failed.
+    pub fn only_compute_stream(&self) -> Option<i32> {
+        match (&self.used[..], &self.error) {
+            ([(ordinal, Lane::Compute)], None) => Some(*ordinal),
+            _ => None,
+        }
+    }
+
     /// Fails the queue with `why` (the op's own check, e.g. a refused cast).
     pub fn fail(&mut self, why: String) {
         self.error.get_or_insert(why);

@@ -1,6 +1,7 @@
 //! The launches of a dense sum on one device: a key's sum as `sum_<dtype>` launches cut by
 //! [`super::launch::sum_launches`] (the store's association, bit for bit), the small keys of a
-//! call in one `fused_sum` launch per device (its table staged through pinned memory), and
+//! call in one `fused_sum` launch per device (its table in the launch's parameters when it
+//! fits, else staged through pinned memory), and
 //! `fill_<dtype>` for constant arrays; the row_sparse kernels' launches (`rsp_accumulate_<dtype>`,
 //! `rsp_gather`), their plans made by the caller.
 
@@ -70,37 +71,92 @@ pub fn sum_to(q: &mut Queue, dst: DevicePtr, srcs: &[DevicePtr], n: u64, dtype: 
     outs.len()
 }
 
-/// Every key of `keys` (all on `ordinal`) summed by one launch, its table placed on the
-/// device by `place_table(q, bytes)`: device memory on `ordinal`, filled ahead of the kernels,
-/// that the caller keeps until the work has finished (`None` when the queue failed).
-pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey], place_table: impl FnOnce(&mut Queue, &[u8]) -> Option<DevicePtr>) {
-    fused_launch(q, ordinal, "fused_sum", keys, place_table)
+/// The bytes a key of `n_src` sources takes in a fused launch's table.
+pub fn table_bytes(n_src: usize) -> usize {
+    std::mem::size_of::<super::fused::KeyDesc>() + 8 * n_src
+}
+
+/// Every key of `keys` (all on `ordinal`) summed by one launch. Its table goes in the launch's
+/// parameters when `room` (the most bytes the call site's table may take, whichever keys it
+/// holds this time: [`table_bytes`] summed) fits there; else it is placed on the device by
+/// `place_table(q, bytes)`: device memory on `ordinal`, filled ahead of the kernels, that the
+/// caller keeps until the work has finished (`None` when the queue failed). Deciding by the
+/// room, not the table, keeps a steady loop from allocating when the table varies.
+pub fn fused(q: &mut Queue, ordinal: i32, keys: &[SmallKey], room: usize, place_table: impl FnOnce(&mut Queue, &[u8]) -> Option<DevicePtr>) {
+    fused_launch(q, ordinal, "fused_sum", keys, room, place_table)
 }
 
 /// Every copy of `copies` (each a key of one source, all on `ordinal`) by one launch, as
-/// [`fused`].
+/// [`fused`], the room being the table's own size.
 pub fn fused_copy(q: &mut Queue, ordinal: i32, copies: &[SmallKey], place_table: impl FnOnce(&mut Queue, &[u8]) -> Option<DevicePtr>) {
-    fused_launch(q, ordinal, "fused_copy", copies, place_table)
+    fused_launch(q, ordinal, "fused_copy", copies, 0, place_table)
 }
 
-fn fused_launch(q: &mut Queue, ordinal: i32, kernel: &str, keys: &[SmallKey], place_table: impl FnOnce(&mut Queue, &[u8]) -> Option<DevicePtr>) {
+/// Every copy of `copies` (each a key of one source, all on `ordinal`, of any size) by
+/// launches of `fused_copy_by_value`, as many as their tables need: no table memory, so a
+/// steady loop allocates nothing however many of them a call has.
+pub fn fused_copy_by_value(q: &mut Queue, ordinal: i32, copies: &[SmallKey]) {
+    let per_launch = PARAM_TABLE_WORDS * 8 / (std::mem::size_of::<super::fused::KeyDesc>() + 8);
+    for chunk in copies.chunks(per_launch) {
+        fused_launch(q, ordinal, "fused_copy", chunk, 0, |q: &mut Queue, _: &[u8]| {
+            q.fail("internal error: a copy table does not fit a launch's parameters".into());
+            None
+        });
+    }
+}
+
+fn fused_launch(
+    q: &mut Queue,
+    ordinal: i32,
+    kernel: &str,
+    keys: &[SmallKey],
+    room: usize,
+    place_table: impl FnOnce(&mut Queue, &[u8]) -> Option<DevicePtr>,
+) {
     let table = match pack(keys, FUSED_ELEMS_PER_BLOCK) {
         Ok(t) => t,
         Err(e) => return q.fail(e.message().to_string()),
     };
     if table.n_blocks == 0 {
+        // Nothing to launch this time; a table that needs device memory still gets it now,
+        // so that a later call with keys here does not allocate.
+        if room > PARAM_TABLE_WORDS * 8 {
+            let _ = place_table(q, &[]);
+        }
         return;
     }
-    let Some(device_table) = place_table(q, &table.bytes) else { return };
-    let (mut t, mut n_desc, mut per_block) = (device_table.addr, table.n_desc, table.elems_per_block);
-    let mut params: [*mut c_void; 3] =
-        [(&mut t as *mut u64).cast(), (&mut n_desc as *mut u32).cast(), (&mut per_block as *mut u32).cast()];
     let blocks = u32::try_from(table.n_blocks).unwrap_or(u32::MAX);
     let output = Output {
         bytes: keys.iter().map(|k| k.n as usize * k.dtype.size()).sum(),
         elements: keys.iter().map(|k| k.n).sum(),
     };
+    let (mut n_desc, mut per_block) = (table.n_desc, table.elems_per_block);
+    if let Some(mut words) = by_value(&table.bytes, room) {
+        // In the launch's parameters: nothing is copied to the device ahead of the kernel.
+        let mut params: [*mut c_void; 3] =
+            [words.as_mut_ptr().cast(), (&mut n_desc as *mut u32).cast(), (&mut per_block as *mut u32).cast()];
+        let name = format!("{kernel}_by_value");
+        return q.launch(ordinal, &name, blocks, THREADS, &mut params, output);
+    }
+    let Some(device_table) = place_table(q, &table.bytes) else { return };
+    let mut t = device_table.addr;
+    let mut params: [*mut c_void; 3] =
+        [(&mut t as *mut u64).cast(), (&mut n_desc as *mut u32).cast(), (&mut per_block as *mut u32).cast()];
     q.launch(ordinal, kernel, blocks, THREADS, &mut params, output);
+}
+
+/// Words of the `ParamTable` of `kernels/fused.cu` (4,000 bytes: a launch's parameters may
+/// take 4 KiB in all).
+pub const PARAM_TABLE_WORDS: usize = 500;
+
+/// A packed table as the `_by_value` kernels' parameter, when it and `room` fit.
+fn by_value(bytes: &[u8], room: usize) -> Option<[u64; PARAM_TABLE_WORDS]> {
+    if bytes.len().max(room) > PARAM_TABLE_WORDS * 8 {
+        return None;
+    }
+    let mut words = [0u64; PARAM_TABLE_WORDS];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    Some(words)
 }
 
 /// `n` elements at `dst` set to the value whose bytes (in `dtype`) are `value`.

@@ -8,21 +8,39 @@ use crate::engine::Ticket;
 use crate::ndarray::NDArray;
 use std::sync::Arc;
 
-/// Bytes moved per batch: big enough to amortise an op (registration, and often a worker
-/// wake-up, which costs tens of microseconds on a VM), small enough that a call with many
-/// keys still spreads over the workers.
-const BATCH_BYTES: usize = 4 << 20;
+/// Bytes moved per batch of host work: big enough to amortise an op (registration, and often
+/// a worker wake-up, which costs tens of microseconds on a VM), small enough that a call with
+/// many keys still spreads over the workers.
+const HOST_BATCH_BYTES: usize = 4 << 20;
+
+/// Bytes moved per batch of GPU work: a GPU runs a device's work on one stream whichever op
+/// enqueued it, so more ops only add what each costs between the GPU finishing one and
+/// starting work that waits for it (its event noticed, the next op's work enqueued).
+const GPU_BATCH_BYTES: usize = 64 << 20;
+
+/// Keys per batch of GPU work: enqueueing a key's work costs its op's thread about a
+/// microsecond, so a call of thousands of small keys is still spread over the workers.
+const GPU_BATCH_JOBS: usize = 256;
 
 /// A batch: its backend, the bytes it moves, its jobs.
 type Batch<J> = (BackendKind, usize, Vec<J>);
 
-/// Splits jobs into batches of about [`BATCH_BYTES`] moved on one backend, keeping order.
+/// The most bytes and jobs a batch on `kind` takes.
+fn batch_limits(kind: BackendKind) -> (usize, usize) {
+    match kind {
+        BackendKind::Host => (HOST_BATCH_BYTES, usize::MAX),
+        BackendKind::Gpu => (GPU_BATCH_BYTES, GPU_BATCH_JOBS),
+    }
+}
+
+/// Splits jobs into batches moved on one backend ([`batch_limits`]), keeping order.
 fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize, kind: impl Fn(&J) -> BackendKind) -> Vec<Batch<J>> {
     let mut out: Vec<Batch<J>> = Vec::new();
     for job in jobs {
         let (b, k) = (bytes(&job), kind(&job));
+        let (max_bytes, max_jobs) = batch_limits(k);
         match out.last_mut() {
-            Some((kind, size, batch)) if *kind == k && *size + b <= BATCH_BYTES => {
+            Some((kind, size, batch)) if *kind == k && *size + b <= max_bytes && batch.len() < max_jobs => {
                 batch.push(job);
                 *size += b;
             }
@@ -77,5 +95,12 @@ mod tests {
         let got = batches(jobs, |j| *j, |_| BackendKind::Host);
         let sizes: Vec<Vec<usize>> = got.into_iter().map(|(_, _, b)| b).collect();
         assert_eq!(sizes, vec![vec![1 << 20, 2 << 20, 1 << 20], vec![8 << 20], vec![4]]);
+        let jobs: Vec<usize> = vec![1 << 20, 8 << 20, 60 << 20, 4];
+        let got = batches(jobs, |j| *j, |_| BackendKind::Gpu);
+        let sizes: Vec<Vec<usize>> = got.into_iter().map(|(_, _, b)| b).collect();
+        assert_eq!(sizes, vec![vec![1 << 20, 8 << 20], vec![60 << 20, 4]], "GPU batches are bigger");
+        let got = batches(vec![4096usize; 600], |j| *j, |_| BackendKind::Gpu);
+        let lens: Vec<usize> = got.iter().map(|(_, _, b)| b.len()).collect();
+        assert_eq!(lens, vec![256, 256, 88], "GPU batches take at most GPU_BATCH_JOBS keys");
     }
 }

@@ -6,7 +6,7 @@
 use super::kept::{self, Use};
 use crate::backend::CompressedSumJob;
 use crate::compression::CompressionType;
-use crate::engine::{engine, OpDone, Var};
+use crate::engine::{DeviceOp, engine, OpDone, Var};
 use crate::error::Error;
 use crate::gpu::sums::{dequantize, quantize};
 use crate::gpu::{DevicePtr, Place, Queue};
@@ -28,7 +28,7 @@ pub(super) fn push_compressed(batch: Vec<CompressedSumJob>, priority: i32) {
     let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(NDArray::var)).collect();
     let writes: Vec<&Var> = batch.iter().flat_map(|j| j.residuals.iter().chain(std::iter::once(&j.dst)).map(NDArray::var)).collect();
     let batch_for_op = Arc::clone(&batch);
-    engine().push_device(&reads, &writes, priority, false, move |_, done| run(batch_for_op, done));
+    engine().push_device(&reads, &writes, priority, DeviceOp::default(), move |_, done| run(batch_for_op, done));
 }
 
 fn ptr(a: &NDArray) -> Option<DevicePtr> {

@@ -5,14 +5,17 @@
 //! filled from its staging buffer when the copy's event fired). One engine op per batch,
 //! completed from the event: the worker never waits for the GPU.
 //!
-//! Small copies within one GPU (a pull's outputs beside their merge buffer) go into one
-//! launch of `fused_copy` per device, each entry of its table a key of one source: a driver
-//! copy costs the enqueueing thread microseconds, so a pull of many small keys would
-//! otherwise spend its time enqueueing copies rather than moving bytes.
+//! Copies within one GPU (a pull's outputs beside their merge buffer) are kernel launches,
+//! each entry of a table a key of one source: the small ones in one launch of `fused_copy`
+//! per device (its table in the launch's parameters when it fits, else kept with the first
+//! destination), bigger ones (keys whose pull did not join their push) in launches of
+//! `fused_copy_by_value`, about seventy a launch. A driver copy costs the enqueueing thread
+//! microseconds, so a pull of many keys would otherwise spend its time enqueueing copies
+//! rather than moving bytes.
 
 use super::kept::{self, Use};
 use crate::base::DType;
-use crate::engine::{engine, OpDone, Var};
+use crate::engine::{engine, DeviceOp, OpDone, Var};
 use crate::error::{Error, Result};
 use crate::gpu::fused::SmallKey;
 use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
@@ -46,7 +49,26 @@ pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
     }
     let writes: Vec<&Var> = pairs.iter().map(|(_, d)| d.var()).collect();
     let pairs_for_op = Arc::clone(&pairs);
-    engine().push_device(&reads, &writes, priority, false, move |_, done| run_copies(pairs_for_op, done));
+    // A tiny op of copies within one GPU is ordered by that GPU's stream: it need not wait
+    // for the op writing its sources to finish (its table goes by value: no kept memory that
+    // work still in flight reads).
+    let tiny = pairs.len() <= super::TINY_OP_ARRAYS;
+    let stream = if tiny { one_device(&pairs).map(super::compute_stream) } else { None };
+    let how = DeviceOp { tiny, extensible: false, stream };
+    engine().push_device(&reads, &writes, priority, how, move |_, done| run_copies(pairs_for_op, done));
+}
+
+/// The device whose compute stream all of `pairs` go to, when they are all copies within it
+/// (kernel launches there: [`enqueue_copies`]).
+fn one_device(pairs: &[(NDArray, NDArray)]) -> Option<i32> {
+    let mut device = None;
+    for (src, dst) in pairs {
+        let (ordinal, _) = fusable_copy(src, dst)?;
+        if *device.get_or_insert(ordinal) != ordinal {
+            return None;
+        }
+    }
+    device
 }
 
 /// Pageable destinations and the pinned buffers they are filled from at completion.
@@ -57,6 +79,7 @@ fn run_copies(pairs: Arc<Vec<(NDArray, NDArray)>>, done: OpDone) {
     let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].1);
     let mut q = Queue::new();
     let landings = enqueue_copies(&mut q, &pairs);
+    let (signal, stream) = (done.stream_signal(), q.only_compute_stream());
     q.finish(
         Box::new(move |outcome| {
             let landed = outcome.map_err(Error::new).and_then(|()| land(&landings));
@@ -66,6 +89,7 @@ fn run_copies(pairs: Arc<Vec<(NDArray, NDArray)>>, done: OpDone) {
         }),
         Box::new(pairs),
     );
+    super::signal_enqueued(signal, stream);
 }
 
 /// Enqueues `dst = src` for every pair (each a driver copy, see [`is_driver_copy`]): small ones
@@ -75,34 +99,52 @@ pub(super) fn enqueue_copies(q: &mut Queue, pairs: &[(NDArray, NDArray)]) -> Lan
     let mut landings = Landings::new();
     // Per device: the small copies within it, and the first one's destination (keeping the table).
     let mut fused: Vec<(i32, Vec<SmallKey>, &NDArray)> = Vec::new();
+    // Per device: the bigger copies within it (a pull's outputs of keys whose pull did not
+    // join the push), their tables passed by value: whether a key joined depends on timing,
+    // and a kept table sized by it would make a steady loop allocate.
+    let mut bigger: Vec<(i32, Vec<SmallKey>)> = Vec::new();
     for (src, dst) in pairs {
-        if let Some((ordinal, key)) = fusable_copy(src, dst) {
-            match fused.iter_mut().find(|(o, _, _)| *o == ordinal) {
-                Some((_, keys, _)) => keys.push(key),
-                None => fused.push((ordinal, vec![key], dst)),
+        match fusable_copy(src, dst) {
+            Some((ordinal, key)) if (key.n as usize) * key.dtype.size() <= FUSED_COPY_MAX_BYTES => {
+                match fused.iter_mut().find(|(o, _, _)| *o == ordinal) {
+                    Some((_, keys, _)) => keys.push(key),
+                    None => fused.push((ordinal, vec![key], dst)),
+                }
             }
-        } else if let Err(e) = enqueue(q, src, dst, &mut landings) {
-            q.fail(e.message().to_string());
-            break;
+            Some((ordinal, key)) => match bigger.iter_mut().find(|(o, _)| *o == ordinal) {
+                Some((_, keys)) => keys.push(key),
+                None => bigger.push((ordinal, vec![key])),
+            },
+            None => {
+                if let Err(e) = enqueue(q, src, dst, &mut landings) {
+                    q.fail(e.message().to_string());
+                    break;
+                }
+            }
         }
     }
     for (ordinal, keys, first) in &fused {
-        // The table kept with the first destination: a steady loop allocates nothing.
-        sums::fused_copy(q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::CopyTable, *ordinal, table));
+        // The table in the launch's parameters when it fits, else kept with the first
+        // destination: a steady loop allocates nothing.
+        sums::fused_copy(q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::CopyTable, *ordinal, table, 0));
+    }
+    for (ordinal, keys) in &bigger {
+        sums::fused_copy_by_value(q, *ordinal, keys);
     }
     landings
 }
 
-/// The biggest copy within a GPU made in the fused launch.
-pub(crate) const FUSED_COPY_MAX_BYTES: usize = SMALL_KEY_ELEMS as usize * 4;
+/// The biggest copy within a GPU made in the call's one fused launch per device (bigger ones
+/// go into launches of their own, their tables passed by value).
+const FUSED_COPY_MAX_BYTES: usize = SMALL_KEY_ELEMS as usize * 4;
 
-/// `dst = src` as an entry of a fused launch on their GPU, when both lie on the same GPU and
-/// the copy is small: a sum of one source, in the widest integer element that the length and
-/// both addresses allow (bytes are moved as they are, whatever the dtype).
+/// `dst = src` as an entry of a fused launch on their GPU, when both lie on the same GPU: a
+/// sum of one source, in the widest integer element that the length and both addresses
+/// allow (bytes are moved as they are, whatever the dtype).
 fn fusable_copy(src: &NDArray, dst: &NDArray) -> Option<(i32, SmallKey)> {
     let (from, to) = (src.device_ptr()?, dst.device_ptr()?);
     let bytes = src.data_byte_len() as u64;
-    if from.ordinal != to.ordinal || bytes != dst.data_byte_len() as u64 || bytes == 0 || bytes > FUSED_COPY_MAX_BYTES as u64 {
+    if from.ordinal != to.ordinal || bytes != dst.data_byte_len() as u64 || bytes == 0 {
         return None;
     }
     let dtype = [DType::Int64, DType::Int32, DType::Uint8]

@@ -105,10 +105,10 @@ pub(super) fn pinned(array: &NDArray, what: Use, bytes: usize) -> Result<SharedP
     })
 }
 
-/// `bytes` in the pinned buffer kept with `owner` for `what`, which the queue holds until its
-/// work finished.
-pub(super) fn staged(q: &mut Queue, owner: &NDArray, what: Use, bytes: &[u8]) -> Result<Place> {
-    let s = pinned(owner, what, bytes.len())?;
+/// `bytes` in the pinned buffer (of at least `room` bytes) kept with `owner` for `what`, which
+/// the queue holds until its work finished.
+pub(super) fn staged(q: &mut Queue, owner: &NDArray, what: Use, bytes: &[u8], room: usize) -> Result<Place> {
+    let s = pinned(owner, what, bytes.len().max(room))?;
     let at = {
         let mut staged = s.lock();
         staged.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
@@ -119,18 +119,19 @@ pub(super) fn staged(q: &mut Queue, owner: &NDArray, what: Use, bytes: &[u8]) ->
 }
 
 /// A fused launch's `table` on `gpu(ordinal)`, copied there ahead of the kernels: its device
-/// memory and its pinned staging both kept with `owner` for `what`, so that a steady loop
-/// takes neither from the driver nor from the staging pool (whose peak use would depend on
-/// how many tables happen to be in flight at once). `None` when the queue failed.
-pub(super) fn table(q: &mut Queue, owner: &NDArray, what: Use, ordinal: i32, table: &[u8]) -> Option<DevicePtr> {
-    let from = match staged(q, owner, what, table) {
+/// memory and its pinned staging both kept with `owner` for `what`, of at least `room` bytes
+/// (the most the call site's table may take), so that a steady loop takes neither from the
+/// driver nor from the staging pool (whose peak use would depend on how many tables happen
+/// to be in flight at once). `None` when the queue failed.
+pub(super) fn table(q: &mut Queue, owner: &NDArray, what: Use, ordinal: i32, table: &[u8], room: usize) -> Option<DevicePtr> {
+    let from = match staged(q, owner, what, table, room) {
         Ok(place) => place,
         Err(e) => {
             q.fail(e.message().to_string());
             return None;
         }
     };
-    let device_table = buffer(q, owner, what, ordinal, table.len())?;
+    let device_table = buffer(q, owner, what, ordinal, table.len().max(room))?;
     q.copy_before_kernels(Place::Device(device_table), from, table.len());
     Some(device_table)
 }

@@ -20,10 +20,28 @@ mod sum;
 use super::{Backend, ByteKernels, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
 use crate::ndarray::NDArray;
-pub(crate) use copy::FUSED_COPY_MAX_BYTES;
 pub(crate) use staged::host_readable;
 use staged::{fail, Staging};
 use std::sync::Arc;
+
+/// A sum or copy op over at most this many arrays, ready when scheduled, enqueues its device
+/// work on the calling thread ([`crate::engine::Engine::push_device`]'s `tiny`): a few driver
+/// calls cost less than a worker's wake-up.
+const TINY_OP_ARRAYS: usize = 16;
+
+/// The key of `gpu(ordinal)`'s compute stream for the engine's stream ordering
+/// ([`crate::engine::DeviceOp::stream`]).
+fn compute_stream(ordinal: i32) -> u64 {
+    ordinal as u64
+}
+
+/// Tells the engine that an op's work is all enqueued, when it all went to one device's
+/// compute stream (ops waiting for it whose work goes there too need wait no longer).
+fn signal_enqueued(signal: crate::engine::StreamSignal, stream: Option<i32>) {
+    if let Some(ordinal) = stream {
+        signal.enqueued(compute_stream(ordinal));
+    }
+}
 
 /// The GPU backend. It does not name the host backend: the seam (`src/backend/mod.rs`) hands
 /// it the backend that runs what it stages through host memory.

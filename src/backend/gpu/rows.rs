@@ -6,7 +6,7 @@
 //! installs it in the GPU array when the copies finished (a failure leaves the array as it
 //! was and is reported by the next wait on it).
 
-use crate::engine::{engine, OpDone, Var};
+use crate::engine::{DeviceOp, engine, OpDone, Var};
 use crate::error::{Error, Result};
 use crate::gpu::{DeviceMemory, PinnedMemory, Place, Queue};
 use crate::ndarray::{Context, DType, DeviceType, Memory, NDArray, StorageType};
@@ -99,7 +99,7 @@ fn push_copies<T: Send + 'static>(
     let held = pairs.clone();
     let reads: Vec<&Var> = held.iter().map(|(s, _)| s.var()).collect();
     let writes: Vec<&Var> = held.iter().map(|(_, d)| d.var()).collect();
-    engine().push_device(&reads, &writes, priority, false, move |_env, done| {
+    engine().push_device(&reads, &writes, priority, DeviceOp::default(), move |_env, done| {
         let gpu_side = |(s, d): &(NDArray, NDArray)| match shown {
             Side::Source => s.clone(),
             Side::Destination => d.clone(),

@@ -16,7 +16,7 @@
 use super::kept::{self, SharedPinned, Use};
 use super::rows::is_device_row_sparse;
 use crate::backend::{RowSparsePull, SumJob};
-use crate::engine::{engine, OpDone, Var};
+use crate::engine::{DeviceOp, engine, OpDone, Var};
 use crate::error::{Error, Result};
 use crate::gpu::sums::{rsp_accumulate, rsp_gather};
 use crate::gpu::{DeviceMemory, DevicePtr, PinnedMemory, Place, Queue};
@@ -107,7 +107,7 @@ fn push_id_downloads(sources: Vec<NDArray>, owners: Vec<(NDArray, usize)>, write
     let reads: Vec<&Var> = held.0.iter().map(NDArray::var).collect();
     let write_vars: Vec<&Var> = held.1.iter().map(NDArray::var).collect();
     let written = writes.to_vec();
-    engine().push_device(&reads, &write_vars, priority, false, move |_, done| {
+    engine().push_device(&reads, &write_vars, priority, DeviceOp::default(), move |_, done| {
         let bytes = sources.iter().filter_map(NDArray::device_rows).map(|p| p.rows * p.id_dtype.size()).sum();
         let span = super::traced_span("gpu_row_ids", sources.len(), bytes, &sources[0]);
         let mut q = Queue::new();
@@ -249,7 +249,7 @@ pub(super) fn push_sums(values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, priority
     let reads: Vec<&Var> = batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)).collect();
     let writes: Vec<&Var> = dsts.iter().map(NDArray::var).collect();
     let values = Arc::clone(values);
-    engine().push_device(&reads, &writes, priority, false, move |_, done| run_sums(values, batch, slot, done));
+    engine().push_device(&reads, &writes, priority, DeviceOp::default(), move |_, done| run_sums(values, batch, slot, done));
 }
 
 fn run_sums(values: Arc<Vec<NDArray>>, batch: Vec<SumJob>, slot: Option<Slot>, done: OpDone) {
@@ -315,7 +315,7 @@ fn enqueue_sum(
     for f in &plan.first {
         table.extend_from_slice(f);
     }
-    let from = kept::staged(q, dst, Use::TableStaging, &table)?;
+    let from = kept::staged(q, dst, Use::TableStaging, &table, 0)?;
     let Some(table) = scratch_from(q, dst, Use::RowTable, ordinal, from, table.len()) else { return Ok(()) };
     let mut at = 0usize;
     for (position, ((ids, host), v)) in inputs.iter().zip(vals).enumerate() {
@@ -341,7 +341,7 @@ pub(super) fn push_pull(pull: RowSparsePull, priority: i32) {
     let reads = [pull.stored.var(), pull.row_ids.var()];
     let writes = [pull.out.var()];
     let (stored, out, row_ids) = (pull.stored.clone(), pull.out.clone(), pull.row_ids.clone());
-    engine().push_device(&reads, &writes, priority, false, move |_, done| {
+    engine().push_device(&reads, &writes, priority, DeviceOp::default(), move |_, done| {
         run_pull(RowSparsePull { stored, out, row_ids }, slot, done)
     });
 }
@@ -387,7 +387,7 @@ fn enqueue_pull(q: &mut Queue, pull: &RowSparsePull, slot: Option<Slot>, install
         return Ok(());
     }
     let ordinal = out.ordinal;
-    let from = kept::staged(q, &pull.out, Use::TableStaging, bytemuck::cast_slice(&positions))?;
+    let from = kept::staged(q, &pull.out, Use::TableStaging, bytemuck::cast_slice(&positions), 0)?;
     let Some(pos) = scratch_from(q, &pull.out, Use::RowTable, ordinal, from, positions.len() * 8) else { return Ok(()) };
     let n_stored = stored_ids.len();
     // With no stored rows every position is -1: the kernel reads no row.

@@ -1,9 +1,10 @@
 //! Dense sums on a GPU (the `device` store's merge buffers): each value not already on the
 //! sum's device is copied into a buffer there (peer copies between GPUs, pinned staging from
-//! the host), then summed in the store's order — small keys of a batch in one fused launch
-//! per device, bigger keys by `sum_<dtype>` launches each. One engine op per batch, completed
-//! from the event. Outputs of a pull that joined the op (`crate::store`'s fusion) are written
-//! by a big key's last launch (`sum_out_<dtype>`), or copied after the kernels.
+//! the host), then summed in the store's order — the keys of a batch in one fused launch per
+//! device, except a big key whose pull joined the op: its `sum_<dtype>` launches write the
+//! pull's outputs in the same pass (`sum_out_<dtype>`, the last one). One engine op per
+//! batch, completed from the event. Other outputs of a pull that joined the op
+//! (`crate::store`'s fusion) are copied after the kernels.
 //!
 //! The copy buffers are MXNet's `CommDevice` `copy_buf`: kept with the merge buffer
 //! ([`super::kept`]), one per value position whose value is on another device, made at the
@@ -11,7 +12,7 @@
 //! kept with its first key.
 
 use crate::backend::{SumJob, SumOrder};
-use crate::engine::{engine, OpDone, Ticket, Var};
+use crate::engine::{engine, DeviceOp, OpDone, Ticket, Var};
 use crate::error::Error;
 use crate::gpu::fused::SmallKey;
 use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
@@ -38,7 +39,8 @@ pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<
     let batch_for_op = Arc::clone(&batch);
     let work = move |_: &crate::engine::OpEnv, done| run(order, values_for_op, batch_for_op, done);
     let extensible = batch.iter().any(|j| j.tail.is_some());
-    engine().push_device(&reads, &writes, priority, extensible, work)
+    let tiny = reads.len() + writes.len() <= super::TINY_OP_ARRAYS;
+    engine().push_device(&reads, &writes, priority, DeviceOp { tiny, extensible, stream: None }, work)
 }
 
 /// The address on `ordinal` that the sum into `dst` reads value `position`, `v`, from: its
@@ -62,8 +64,9 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
     let bytes = batch.iter().map(|j| j.dst.data_byte_len() * (j.values.len() + 1)).sum();
     let span = super::traced_span("gpu_sum", batch.len(), bytes, &batch[0].dst);
     let mut q = Queue::new();
-    // Per device: the small keys, and the first one's destination (keeping the table).
-    let mut small: Vec<(i32, Vec<SmallKey>, &NDArray)> = Vec::new();
+    // Per device: the keys of the fused launch, the first one's destination (keeping the
+    // table), and the bytes its table would take with every key of the batch on the device.
+    let mut fused: Vec<(i32, Vec<SmallKey>, &NDArray, usize)> = Vec::new();
     // Outputs of pulls that joined (on the sums' own GPUs: their streams order the copies
     // after the kernels); the op started, so no more can be handed. A big sum writes up to
     // MAX_SOURCES of them in its own pass; the others are copied after the kernels.
@@ -84,14 +87,18 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
         if q.failed() {
             break;
         }
-        let (n, dtype) = (job.dst.size() as u64, job.dst.dtype());
-        if n <= SMALL_KEY_ELEMS {
-            let key = SmallKey { dst: dst.addr, srcs: srcs.iter().map(|p| p.addr).collect(), n, dtype, order };
-            match small.iter_mut().find(|(o, _, _)| *o == dst.ordinal) {
-                Some((_, keys, _)) => keys.push(key),
-                None => small.push((dst.ordinal, vec![key], &job.dst)),
+        // Whether a big key's pull joined depends on timing; the table's room does not.
+        let room = sums::table_bytes(srcs.len());
+        let device = match fused.iter().position(|f| f.0 == dst.ordinal) {
+            Some(i) => i,
+            None => {
+                fused.push((dst.ordinal, Vec::new(), &job.dst, 0));
+                fused.len() - 1
             }
-        } else {
+        };
+        fused[device].3 += room;
+        let (n, dtype) = (job.dst.size() as u64, job.dst.dtype());
+        if n > SMALL_KEY_ELEMS && !outs.is_empty() {
             // Written by the kernel when every output is on the sum's GPU (else all copied).
             let out_ptrs: Vec<_> = outs.iter().map_while(NDArray::device_ptr).filter(|p| p.ordinal == dst.ordinal).collect();
             let by_kernel: &[_] = if out_ptrs.len() == outs.len() { &out_ptrs } else { &[] };
@@ -101,12 +108,18 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
             joined.extend(outs.map(|o| (job.dst.clone(), o)));
             continue;
         }
+        // Summed in the device's one fused launch: a launch per key costs the GPU more than
+        // the key's bytes (microseconds each, for tens of keys a call).
+        fused[device].1.push(SmallKey { dst: dst.addr, srcs: srcs.iter().map(|p| p.addr).collect(), n, dtype, order });
         joined.extend(outs.into_iter().map(|o| (job.dst.clone(), o)));
     }
-    for (ordinal, keys, first) in &small {
-        sums::fused(&mut q, *ordinal, keys, |q: &mut Queue, table: &[u8]| kept::table(q, first, Use::FusedTable, *ordinal, table));
+    for (ordinal, keys, first, room) in &fused {
+        sums::fused(&mut q, *ordinal, keys, *room, |q: &mut Queue, table: &[u8]| {
+            kept::table(q, first, Use::FusedTable, *ordinal, table, *room)
+        });
     }
     let landings = super::copy::enqueue_copies(&mut q, &joined);
+    let (signal, stream) = (done.stream_signal(), q.only_compute_stream());
     q.finish(
         Box::new(move |r| {
             let landed = r.map_err(Error::new).and_then(|()| super::copy::land(&landings));
@@ -116,4 +129,5 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
         }),
         Box::new((values, batch, joined, written_by_sums)),
     );
+    super::signal_enqueued(signal, stream);
 }
