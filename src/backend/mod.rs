@@ -50,10 +50,6 @@ pub struct SumJob {
 /// Host sums smaller than this leave no pull joining them (see [`BackendKind::joins_pull`]).
 const HOST_JOIN_MIN_BYTES: usize = 1 << 20;
 
-/// GPU sums of at most this many bytes leave no pull joining them: their copies cost less
-/// batched with other keys' in a copy op's launches than handed to each sum's.
-const GPU_JOIN_MIN_BYTES: usize = 256 << 10;
-
 /// The outputs of a pull queued right behind a sum that has not started, handed to the sum's
 /// op (see `Engine::try_extend`): it writes them with the sum, in one pass over memory. Dense,
 /// of the sum's dtype and size, in host memory, distinct.
@@ -217,7 +213,7 @@ impl BackendKind {
     pub fn joins_pull(self, bytes: usize) -> bool {
         match self {
             BackendKind::Host => bytes >= HOST_JOIN_MIN_BYTES,
-            BackendKind::Gpu => bytes > GPU_JOIN_MIN_BYTES && !crate::engine::engine().hosted(),
+            BackendKind::Gpu => bytes > gpu::FUSED_COPY_MAX_BYTES && !crate::engine::engine().hosted(),
         }
     }
 

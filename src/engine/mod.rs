@@ -176,9 +176,7 @@ impl OpDone {
             self.engine.finish(op, result.err().map(Failure::new));
         }
     }
-}
 
-impl OpDone {
     /// A handle that tells the engine when the op's device work is all enqueued
     /// ([`StreamSignal::enqueued`]), taken before `self` goes to whatever finishes it.
     pub fn stream_signal(&self) -> StreamSignal {
@@ -468,7 +466,7 @@ impl Engine {
         extensible: bool,
         work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
     ) -> Option<Ticket> {
-        self.schedule(reads, writes, priority, tiny, extensible, None, Box::new(move |env, done| done.finish(catch(|| work(env)))))
+        self.schedule(reads, writes, priority, tiny, extensible, false, None, Box::new(move |env, done| done.finish(catch(|| work(env)))))
     }
 
     /// Schedules an op whose work may finish later, on another thread or a device: `work`
@@ -476,7 +474,7 @@ impl Engine {
     /// ops waiting for it are released) when `done` is finished. The variables stay claimed
     /// until then; the worker is free as soon as `work` returns.
     pub fn push_async(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv, OpDone) + Send + 'static) {
-        self.schedule(reads, writes, priority, false, false, None, Box::new(work));
+        self.schedule(reads, writes, priority, false, false, false, None, Box::new(work));
     }
 
     /// [`Engine::push_async`] for an op whose work only enqueues device work (and completes
@@ -491,7 +489,7 @@ impl Engine {
         how: DeviceOp,
         work: impl FnOnce(&OpEnv, OpDone) + Send + 'static,
     ) -> Option<Ticket> {
-        self.schedule(reads, writes, priority, how.tiny, how.extensible, Some(how.stream), Box::new(work))
+        self.schedule(reads, writes, priority, how.tiny, how.extensible, true, how.stream, Box::new(work))
     }
 
     /// Whether a host's engine (hosted mode) runs the ops now.
@@ -509,10 +507,10 @@ impl Engine {
         priority: i32,
         tiny: bool,
         ticketed: bool,
-        device: Option<Option<u64>>,
+        device: bool,
+        stream: Option<u64>,
         work: Work,
     ) -> Option<Ticket> {
-        let (stream, device) = (device.flatten(), device.is_some());
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         if device {
             self.device_outstanding.fetch_add(1, Ordering::AcqRel);

@@ -96,7 +96,7 @@ pub fn fused_copy(q: &mut Queue, ordinal: i32, copies: &[SmallKey], place_table:
 /// launches of `fused_copy_by_value`, as many as their tables need: no table memory, so a
 /// steady loop allocates nothing however many of them a call has.
 pub fn fused_copy_by_value(q: &mut Queue, ordinal: i32, copies: &[SmallKey]) {
-    let per_launch = PARAM_TABLE_WORDS * 8 / (std::mem::size_of::<super::fused::KeyDesc>() + 8);
+    let per_launch = PARAM_TABLE_WORDS * 8 / table_bytes(1);
     for chunk in copies.chunks(per_launch) {
         fused_launch(q, ordinal, "fused_copy", chunk, 0, |q: &mut Queue, _: &[u8]| {
             q.fail("internal error: a copy table does not fit a launch's parameters".into());

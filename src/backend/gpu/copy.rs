@@ -136,7 +136,7 @@ pub(super) fn enqueue_copies(q: &mut Queue, pairs: &[(NDArray, NDArray)]) -> Lan
 
 /// The biggest copy within a GPU made in the call's one fused launch per device (bigger ones
 /// go into launches of their own, their tables passed by value).
-const FUSED_COPY_MAX_BYTES: usize = SMALL_KEY_ELEMS as usize * 4;
+pub(crate) const FUSED_COPY_MAX_BYTES: usize = SMALL_KEY_ELEMS as usize * 4;
 
 /// `dst = src` as an entry of a fused launch on their GPU, when both lie on the same GPU: a
 /// sum of one source, in the widest integer element that the length and both addresses

@@ -20,6 +20,7 @@ mod sum;
 use super::{Backend, ByteKernels, CompressedSumJob, CopyJob, RowSparsePull, SumJob, SumOrder};
 use crate::error::Result;
 use crate::ndarray::NDArray;
+pub(crate) use copy::FUSED_COPY_MAX_BYTES;
 pub(crate) use staged::host_readable;
 use staged::{fail, Staging};
 use std::sync::Arc;
