@@ -50,21 +50,60 @@ fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize, kind: impl Fn(&J) -> Ba
     out
 }
 
-/// Hands the sums of `values` to the backends and returns at once; with `tickets`, also the
-/// ticket of each job's op (in job order) where its backend gives one, else nothing.
-pub(crate) fn sums(order: SumOrder, values: Vec<NDArray>, jobs: Vec<SumJob>, priority: i32, tickets: bool) -> Vec<Option<Ticket>> {
-    // Shared with the ops, not cloned: cloning views touches refcounts the workers use too.
-    let values = Arc::new(values);
-    let sized = |j: &SumJob| j.dst.data_byte_len() * (j.values.len() + 1);
-    let mut given = Vec::new();
-    for (kind, bytes, batch) in batches(jobs, sized, |j| BackendKind::of(j.dst.ctx())) {
-        let n = batch.len();
-        let ticket = kind.backend().sum(order, &values, batch, bytes, priority);
-        if tickets {
-            given.extend(std::iter::repeat_n(ticket, n));
+/// Sums handed to the backends batch by batch while a call's jobs are still being made: a
+/// batch goes as soon as the next job does not fit it ([`batches`]' batches, in order), so
+/// the first op starts while the calling thread makes the rest.
+pub(crate) struct SumBatches {
+    order: SumOrder,
+    values: Arc<Vec<NDArray>>,
+    priority: i32,
+    open: Option<Batch<SumJob>>,
+    /// Each job's op's ticket, in job order, where its backend gave one.
+    tickets: Vec<Option<Ticket>>,
+}
+
+impl SumBatches {
+    /// Batches of sums over `values`, shared with the ops (not cloned: cloning views touches
+    /// refcounts the workers use too).
+    pub(crate) fn new(order: SumOrder, values: Arc<Vec<NDArray>>, priority: i32) -> SumBatches {
+        SumBatches { order, values, priority, open: None, tickets: Vec::new() }
+    }
+
+    /// The values the jobs index.
+    pub(crate) fn values(&self) -> &[NDArray] {
+        &self.values
+    }
+
+    /// Adds a job, handing the open batch to its backend first when the job does not fit it.
+    pub(crate) fn add(&mut self, job: SumJob) {
+        let (bytes, kind) = (job.dst.data_byte_len() * (job.values.len() + 1), BackendKind::of(job.dst.ctx()));
+        let (max_bytes, max_jobs) = batch_limits(kind);
+        match &mut self.open {
+            Some((k, size, batch)) if *k == kind && *size + bytes <= max_bytes && batch.len() < max_jobs => {
+                batch.push(job);
+                *size += bytes;
+            }
+            _ => {
+                self.submit();
+                self.open = Some((kind, bytes, vec![job]));
+            }
         }
     }
-    given
+
+    fn submit(&mut self) {
+        if let Some((kind, bytes, batch)) = self.open.take() {
+            let n = batch.len();
+            let ticket = kind.backend().sum(self.order, &self.values, batch, bytes, self.priority);
+            self.tickets.extend(std::iter::repeat_n(ticket, n));
+        }
+    }
+
+    /// Hands the last batch on; returns each job's ticket (in job order), where its backend
+    /// gave one.
+    pub(crate) fn finish(mut self) -> Vec<Option<Ticket>> {
+        self.submit();
+        self.tickets
+    }
 }
 
 /// Hands compressed sums to the backends and returns at once.

@@ -613,8 +613,9 @@ impl KVStore {
         // Sized up front: a first push would grow `calls` to 4 calls, over 1 KiB, a size glibc's
         // malloc serves only after consolidating its fast bins (costly in a host process).
         let calls_len = if with_updater { groups.len() } else { 0 };
-        let (mut sums, mut compressed, mut calls) = (Vec::with_capacity(groups.len()), Vec::new(), Vec::with_capacity(calls_len));
-        let mut tails = Vec::new();
+        let (mut compressed, mut calls) = (Vec::new(), Vec::with_capacity(calls_len));
+        let mut sums = batch::SumBatches::new(self.sum_order(), Arc::new(values), priority);
+        let (mut tails, mut jobs) = (Vec::new(), 0);
         for (g, p) in groups.into_iter().zip(prepared) {
             let Some(entry) = state.entries.get_mut(&g.id) else { continue };
             let Prepared { dst, replaced, takes_merge, is_merge, new_residuals, moved } = p;
@@ -638,15 +639,16 @@ impl KVStore {
             match compression {
                 Some(gc) => {
                     let residuals = entry.residuals[..n].to_vec();
-                    compressed.push(CompressedSumJob { values: values[g.values.clone()].to_vec(), residuals, dst, compression: gc });
+                    compressed.push(CompressedSumJob { values: sums.values()[g.values.clone()].to_vec(), residuals, dst, compression: gc });
                 }
                 None if !(with_updater && n == 1) => {
                     // A pull reads a sum into the stored value only.
-                    let tail = (!with_updater).then(|| fusion::tail_for(&values[g.values.clone()], &dst)).flatten();
+                    let tail = (!with_updater).then(|| fusion::tail_for(&sums.values()[g.values.clone()], &dst)).flatten();
                     if let Some(tail) = &tail {
-                        tails.push((sums.len(), g.id, Arc::clone(tail)));
+                        tails.push((jobs, g.id, Arc::clone(tail)));
                     }
-                    sums.push(SumJob { values: g.values, dst, tail });
+                    sums.add(SumJob { values: g.values, dst, tail });
+                    jobs += 1;
                 }
                 None => {}
             }
@@ -655,7 +657,7 @@ impl KVStore {
                 calls.push(UpdaterCall { id: g.id, key, recv, local: entry.stored.clone(), updaters: updaters.clone(), merge });
             }
         }
-        let tickets = batch::sums(self.sum_order(), values, sums, priority, !tails.is_empty());
+        let tickets = sums.finish();
         for (job, id, tail) in tails {
             if let (Some(Some(ticket)), Some(entry)) = (tickets.get(job), state.entries.get_mut(&id)) {
                 entry.joinable = Some(fusion::Joinable::new(ticket.clone(), tail));
