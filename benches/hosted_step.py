@@ -4,9 +4,12 @@ KVSTORE store for WARMUP + STEPS steps, and prints the seconds of each measured 
 per line). WHAT = step: a whole step (forward and backward on every context, Trainer.step,
 then waiting for all of MXNet's work, so the store's sums, updates and pulls are inside the
 figure). WHAT = store: only Trainer.step and the wait for it, after waiting for backward
-(the store's part, without its overlap with the backward pass).
+(the store's part, without its overlap with the backward pass). WHAT = parts: the store's
+part split, one line per step: its seconds, the seconds inside the store's pushpull calls,
+the seconds of the optimizer the store calls back inside them (the same Python and MXNet
+operators on both sides), the number of calls, and the seconds of the final wait.
 
-usage: hosted_step.py KVSTORE NUM_CPUS WARMUP STEPS WHAT
+usage: hosted_step.py KVSTORE NUM_CPUS WARMUP STEPS WHAT   (WHAT: step, store or parts)
 Run unchanged on pure MXNet or in hosted mode; the driver interleaves the two.
 """
 import sys
@@ -50,16 +53,38 @@ y_all = mx.nd.array(rng.randint(0, 10, size=batch).astype("float32"))
 xs = gluon.utils.split_and_load(x_all, ctxs)
 ys = gluon.utils.split_and_load(y_all, ctxs)
 mx.nd.waitall()
+spent = {"pushpull": 0.0, "updater": 0.0, "calls": 0}
+
+
+def timed(f, what, counted=False):
+    def call(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            spent[what] += time.perf_counter() - start
+            spent["calls"] += counted
+    return call
+
+
+if what == "parts":
+    mx.kvstore.KVStore.pushpull = timed(mx.kvstore.KVStore.pushpull, "pushpull", True)
+    mx.optimizer.Updater.__call__ = timed(mx.optimizer.Updater.__call__, "updater")
 for step in range(warmup + steps):
     start = time.perf_counter()
     with autograd.record():
         losses = [loss_fn(net(x), y) for x, y in zip(xs, ys)]
     for l in losses:
         l.backward()
-    if what == "store":
+    if what in ("store", "parts"):
         mx.nd.waitall()
         start = time.perf_counter()
+        spent.update(pushpull=0.0, updater=0.0, calls=0)
     trainer.step(batch)
+    stepped = time.perf_counter()
     mx.nd.waitall()
-    if step >= warmup:
-        print(f"{time.perf_counter() - start:.6f}", flush=True)
+    end = time.perf_counter()
+    if step >= warmup and what == "parts":
+        print(f"{end - start:.6f} {spent['pushpull']:.6f} {spent['updater']:.6f} {spent['calls']} {end - stepped:.6f}", flush=True)
+    elif step >= warmup:
+        print(f"{end - start:.6f}", flush=True)
