@@ -35,19 +35,27 @@ fn batch_limits(kind: BackendKind) -> (usize, usize) {
 
 /// Splits jobs into batches moved on one backend ([`batch_limits`]), keeping order.
 fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize, kind: impl Fn(&J) -> BackendKind) -> Vec<Batch<J>> {
-    let mut out: Vec<Batch<J>> = Vec::new();
+    let (mut out, mut open) = (Vec::new(), None);
     for job in jobs {
         let (b, k) = (bytes(&job), kind(&job));
-        let (max_bytes, max_jobs) = batch_limits(k);
-        match out.last_mut() {
-            Some((kind, size, batch)) if *kind == k && *size + b <= max_bytes && batch.len() < max_jobs => {
-                batch.push(job);
-                *size += b;
-            }
-            _ => out.push((k, b, vec![job])),
-        }
+        out.extend(add_to(&mut open, job, b, k));
     }
+    out.extend(open);
     out
+}
+
+/// Adds a job moving `bytes` on `kind` to the open batch, or, where it does not fit there,
+/// opens a new batch with it and returns the one it closed.
+fn add_to<J>(open: &mut Option<Batch<J>>, job: J, bytes: usize, kind: BackendKind) -> Option<Batch<J>> {
+    let (max_bytes, max_jobs) = batch_limits(kind);
+    match open {
+        Some((k, size, batch)) if *k == kind && *size + bytes <= max_bytes && batch.len() < max_jobs => {
+            batch.push(job);
+            *size += bytes;
+            None
+        }
+        _ => open.replace((kind, bytes, vec![job])),
+    }
 }
 
 /// Sums handed to the backends batch by batch while a call's jobs are still being made: a
@@ -77,31 +85,23 @@ impl SumBatches {
     /// Adds a job, handing the open batch to its backend first when the job does not fit it.
     pub(crate) fn add(&mut self, job: SumJob) {
         let (bytes, kind) = (job.dst.data_byte_len() * (job.values.len() + 1), BackendKind::of(job.dst.ctx()));
-        let (max_bytes, max_jobs) = batch_limits(kind);
-        match &mut self.open {
-            Some((k, size, batch)) if *k == kind && *size + bytes <= max_bytes && batch.len() < max_jobs => {
-                batch.push(job);
-                *size += bytes;
-            }
-            _ => {
-                self.submit();
-                self.open = Some((kind, bytes, vec![job]));
-            }
+        if let Some(closed) = add_to(&mut self.open, job, bytes, kind) {
+            self.submit(closed);
         }
     }
 
-    fn submit(&mut self) {
-        if let Some((kind, bytes, batch)) = self.open.take() {
-            let n = batch.len();
-            let ticket = kind.backend().sum(self.order, &self.values, batch, bytes, self.priority);
-            self.tickets.extend(std::iter::repeat_n(ticket, n));
-        }
+    fn submit(&mut self, (kind, bytes, batch): Batch<SumJob>) {
+        let n = batch.len();
+        let ticket = kind.backend().sum(self.order, &self.values, batch, bytes, self.priority);
+        self.tickets.extend(std::iter::repeat_n(ticket, n));
     }
 
     /// Hands the last batch on; returns each job's ticket (in job order), where its backend
     /// gave one.
     pub(crate) fn finish(mut self) -> Vec<Option<Ticket>> {
-        self.submit();
+        if let Some(last) = self.open.take() {
+            self.submit(last);
+        }
         self.tickets
     }
 }
