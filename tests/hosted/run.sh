@@ -155,16 +155,16 @@ compare_dist() {
   pure_train "${pure_env[@]}" "$py" tests/hosted/train.py "$@" || exit 1
   by_rank "$out"/pslite/worker.*.stdout > "$out/pure.txt"
   hosted_train "${hosted_env[@]}" -- "$@" || exit 1
-  # ps-lite itself has given a second, self-consistent answer under load (both workers agreeing).
-  # Only when the reference changes its answer on a rerun is it run again; the hosted side never.
+  # ps-lite itself has given other self-consistent answers under load (both workers agreeing),
+  # the same one twice in a row in one CI run (2bit): where the answers differ, the reference
+  # runs again, at most twice, and the hosted answer must equal one it gives; the hosted side
+  # never runs again.
   local try
   for try in 2 3; do
     cmp -s "$out/pure.txt" "$out/hosted.txt" && break
-    cp "$out/pure.txt" "$out/pure.before.txt"
+    echo "hosted dist: pure MXNet (ps-lite) gave another answer than hosted mode; running it again (try $try): $*" >&2
     pure_train "${pure_env[@]}" "$py" tests/hosted/train.py "$@" || exit 1
     by_rank "$out"/pslite/worker.*.stdout > "$out/pure.txt"
-    cmp -s "$out/pure.before.txt" "$out/pure.txt" && break
-    echo "hosted dist: pure MXNet (ps-lite) gave another answer when rerun (try $try): $*" >&2
   done
   cmp -s "$out/pure.txt" "$out/hosted.txt" \
     || { echo "hosted dist: DIFFERENT${label:+ ($label)}: $*"; diff "$out/pure.txt" "$out/hosted.txt" | head -20; exit 1; }
