@@ -164,6 +164,34 @@ fn a_pull_behind_its_push_is_written_by_the_sum_with_the_same_values() {
 }
 
 #[test]
+fn pulls_join_the_sums_of_later_batches_of_a_push() {
+    // One push, three batches: a small key (no pull joins it), then two big keys. Each big
+    // key's pull must find its own batch's op.
+    let n = 1 << 19;
+    let kv = KVStore::new("local").unwrap();
+    kv.init(Keys::Int(&[2, 4, 5]), &[filled(1.0, 16, 0), filled(1.0, n, 0), filled(1.0, n, 0)]).unwrap();
+    let small = filled(3.0, 16, 0);
+    let (four, five): (Vec<NDArray>, Vec<NDArray>) = ((0..4).map(|d| filled(1.0, n, d)).collect(), (0..4).map(|d| filled(2.0, n, d)).collect());
+    let gates = [held(&four[3]), held(&five[3])];
+    let values: Vec<NDArray> = std::iter::once(small).chain(four.iter().cloned()).chain(five.iter().cloned()).collect();
+    kv.push(Keys::Int(&[2, 4, 4, 4, 4, 5, 5, 5, 5]), values, 0).unwrap();
+    let outs: Vec<NDArray> = (0..8).map(|d| filled(-1.0, n, d % 4)).collect();
+    kv.pull(Keys::Int(&[4, 4, 4, 4, 5, 5, 5, 5]), outs.clone(), 0, true).unwrap();
+    assert_eq!((handed(&kv, 4), handed(&kv, 5)), (4, 4), "each big key's outputs joined its own sum");
+    // Key 5's outputs wait for key 5's sum only: they are readable while key 4's is held.
+    gates[1].wait();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let later: Vec<NDArray> = outs[4..].to_vec();
+    std::thread::spawn(move || tx.send(later.iter().map(|o| o.wait_to_read().is_ok()).collect::<Vec<_>>()));
+    assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)).ok(), Some(vec![true; 4]), "key 5's outputs wait for key 4's sum");
+    gates[0].wait();
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(read(o), vec![if i < 4 { 4.0 } else { 8.0 }; n]);
+    }
+    assert_eq!(pull_one(&kv, 2, 16), vec![3.0; 16]);
+}
+
+#[test]
 fn a_pull_into_busy_or_unlike_outputs_does_not_join_and_keeps_call_order() {
     let n = 1 << 19;
     let kv = KVStore::new("local").unwrap();
