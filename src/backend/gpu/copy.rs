@@ -14,6 +14,7 @@
 //! rather than moving bytes.
 
 use super::kept::{self, Use};
+use crate::backend::CopyJob;
 use crate::base::DType;
 use crate::engine::{engine, DeviceOp, OpDone, Var};
 use crate::error::{Error, Result};
@@ -32,19 +33,57 @@ pub(super) fn is_driver_copy(src: &NDArray, dst: &NDArray) -> bool {
         && (src.on_device() || dst.on_device())
 }
 
+/// An op's copies, `outs[i] = job.src` for each job and each `i` of its `dsts`: a pull's
+/// outputs and stored values as the store's call shares them, so that the calling thread
+/// touches no array's reference count per copy (a count the completion thread then releases
+/// would move its line between the two threads' cores for every array).
+pub(super) struct Pairs {
+    outs: Arc<Vec<NDArray>>,
+    jobs: Vec<CopyJob>,
+}
+
+impl Pairs {
+    /// Pairs of their own, each `(src, dst)`.
+    pub(super) fn owned(pairs: Vec<(NDArray, NDArray)>) -> Pairs {
+        let (mut outs, mut jobs) = (Vec::with_capacity(pairs.len()), Vec::with_capacity(pairs.len()));
+        for (i, (src, dst)) in pairs.into_iter().enumerate() {
+            outs.push(dst);
+            jobs.push(CopyJob { src, dsts: i..i + 1 });
+        }
+        Pairs { outs: Arc::new(outs), jobs }
+    }
+
+    /// A pull's copies: every pair a driver copy (see [`is_driver_copy`]).
+    pub(super) fn shared(outs: &Arc<Vec<NDArray>>, jobs: Vec<CopyJob>) -> Pairs {
+        Pairs { outs: Arc::clone(outs), jobs }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&NDArray, &NDArray)> {
+        self.jobs.iter().flat_map(move |j| self.outs[j.dsts.clone()].iter().map(move |d| (&j.src, d)))
+    }
+
+    fn len(&self) -> usize {
+        self.jobs.iter().map(|j| j.dsts.len()).sum()
+    }
+}
+
 /// Schedules `dst = src` for every pair (each a driver copy, see [`is_driver_copy`]), as one op.
 pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
-    if pairs.is_empty() {
+    push_pairs(Pairs::owned(pairs), priority);
+}
+
+/// Schedules every copy of `pairs` (each a driver copy) as one op.
+pub(super) fn push_pairs(pairs: Pairs, priority: i32) {
+    if pairs.jobs.iter().all(|j| j.dsts.is_empty()) {
         return;
     }
-    // Shared with the op, not cloned: a clone and its drop touch every array's reference
-    // count on the calling thread.
+    // Shared with the op, not cloned (see [`Pairs`]).
     let pairs = Arc::new(pairs);
     // A pull's pairs come grouped by source (a key's outputs): each source is read once.
-    let mut reads: Vec<&Var> = Vec::with_capacity(pairs.len());
-    for (s, _) in pairs.iter() {
-        if reads.last().is_none_or(|last| !std::ptr::eq(*last, s.var())) {
-            reads.push(s.var());
+    let mut reads: Vec<&Var> = Vec::with_capacity(pairs.jobs.len());
+    for job in pairs.jobs.iter().filter(|j| !j.dsts.is_empty()) {
+        if reads.last().is_none_or(|last| !std::ptr::eq(*last, job.src.var())) {
+            reads.push(job.src.var());
         }
     }
     let writes: Vec<&Var> = pairs.iter().map(|(_, d)| d.var()).collect();
@@ -52,15 +91,15 @@ pub(super) fn push_copies(pairs: Vec<(NDArray, NDArray)>, priority: i32) {
     // A tiny op of copies within one GPU is ordered by that GPU's stream: it need not wait
     // for the op writing its sources to finish (its table goes by value: no kept memory that
     // work still in flight reads).
-    let tiny = pairs.len() <= super::TINY_OP_ARRAYS;
-    let stream = if tiny { one_device(&pairs).map(super::compute_stream) } else { None };
+    let tiny = writes.len() <= super::TINY_OP_ARRAYS;
+    let stream = if tiny { one_device(pairs.iter()).map(super::compute_stream) } else { None };
     let how = DeviceOp { tiny, extensible: false, stream };
     engine().push_device(&reads, &writes, priority, how, move |_, done| run_copies(pairs_for_op, done));
 }
 
 /// The device whose compute stream all of `pairs` go to, when they are all copies within it
 /// (kernel launches there: [`enqueue_copies`]).
-fn one_device(pairs: &[(NDArray, NDArray)]) -> Option<i32> {
+fn one_device<'a>(pairs: impl IntoIterator<Item = (&'a NDArray, &'a NDArray)>) -> Option<i32> {
     let mut device = None;
     for (src, dst) in pairs {
         let (ordinal, _) = fusable_copy(src, dst)?;
@@ -74,11 +113,13 @@ fn one_device(pairs: &[(NDArray, NDArray)]) -> Option<i32> {
 /// Pageable destinations and the pinned buffers they are filled from at completion.
 pub(super) type Landings = Vec<(PinnedMemory, NDArray)>;
 
-fn run_copies(pairs: Arc<Vec<(NDArray, NDArray)>>, done: OpDone) {
+fn run_copies(pairs: Arc<Pairs>, done: OpDone) {
     // The op's span runs until its event fired: the trace shows the GPU time.
-    let span = super::traced_span("gpu_copy", pairs.len(), pairs.iter().map(|(s, _)| s.data_byte_len()).sum(), &pairs[0].1);
+    // [`push_pairs`] makes no op without a copy: there is a first output to show.
+    let bytes = pairs.iter().map(|(s, _)| s.data_byte_len()).sum();
+    let span = pairs.iter().next().map(|(_, shown)| super::traced_span("gpu_copy", pairs.len(), bytes, shown));
     let mut q = Queue::new();
-    let landings = enqueue_copies(&mut q, &pairs);
+    let landings = enqueue_copies(&mut q, pairs.iter());
     let (signal, stream) = (done.stream_signal(), q.only_compute_stream());
     q.finish(
         Box::new(move |outcome| {
@@ -95,10 +136,10 @@ fn run_copies(pairs: Arc<Vec<(NDArray, NDArray)>>, done: OpDone) {
 /// Enqueues `dst = src` for every pair (each a driver copy, see [`is_driver_copy`]): small ones
 /// within a GPU in one fused launch per device, the others as driver copies. Returns the
 /// pageable destinations to fill from their staging buffers once the work has finished.
-pub(super) fn enqueue_copies(q: &mut Queue, pairs: &[(NDArray, NDArray)]) -> Landings {
+pub(super) fn enqueue_copies<'a>(q: &mut Queue, pairs: impl IntoIterator<Item = (&'a NDArray, &'a NDArray)>) -> Landings {
     let mut landings = Landings::new();
     // Per device: the small copies within it, and the first one's destination (keeping the table).
-    let mut fused: Vec<(i32, Vec<SmallKey>, &NDArray)> = Vec::new();
+    let mut fused: Vec<(i32, Vec<SmallKey>, &'a NDArray)> = Vec::new();
     // Per device: the bigger copies within it (a pull's outputs of keys whose pull did not
     // join the push), their tables passed by value: whether a key joined depends on timing,
     // and a kept table sized by it would make a steady loop allocate.

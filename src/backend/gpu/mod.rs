@@ -168,6 +168,9 @@ impl Backend for Gpu {
     }
 
     fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, _bytes: usize, priority: i32) {
+        if batch.iter().all(|job| outs[job.dsts.clone()].iter().all(|dst| copy::is_driver_copy(&job.src, dst))) {
+            return copy::push_pairs(copy::Pairs::shared(outs, batch), priority);
+        }
         let mut pairs = Vec::new();
         for job in &batch {
             for dst in &outs[job.dsts.clone()] {

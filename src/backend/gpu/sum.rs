@@ -118,7 +118,7 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
             kept::table(q, first, Use::FusedTable, *ordinal, table, *room)
         });
     }
-    let landings = super::copy::enqueue_copies(&mut q, &joined);
+    let landings = super::copy::enqueue_copies(&mut q, joined.iter().map(|(s, d)| (s, d)));
     let (signal, stream) = (done.stream_signal(), q.only_compute_stream());
     q.finish(
         Box::new(move |r| {
