@@ -11,7 +11,8 @@
  * >= 80% of pinned H2D bandwidth. Without a GPU it prints a skip line and exits 0.
  * --trace DIR: the last measured iteration of each workload's GPU run is recorded by the
  * profiler (MXNet's profiler C API) and dumped to DIR/<workload>.json as a Chrome trace.
- * --phases: also the medians of the push and pull calls' own times (the calling thread's share).
+ * --phases: also the medians of the push and pull calls' own times (the calling thread's share),
+ *   wall-clock and the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
  * usage: gpubench [--iters N] [--trace DIR] [--phases] [--workload NAME]...   (built by scripts/gpu-bundle.sh) */
 #define _POSIX_C_SOURCE 200809L
 #include "../ctests/common.h"
@@ -54,6 +55,14 @@ static int workload(const char *name) {
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The calling thread's CPU time: on a machine whose cores other threads share (the CUDA
+ * stand-in's streams), its own cost apart from time spent preempted. */
+static double thread_cpu(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -143,6 +152,7 @@ static double run(const char *name, int from_cpu, int n_gpus, int iters) {
   uint32_t total = (uint32_t)(nkeys * values);
   double *t = malloc(sizeof(double) * (size_t)iters);
   double *push_s = malloc(sizeof(double) * (size_t)iters), *pull_s = malloc(sizeof(double) * (size_t)iters);
+  double *push_cpu = malloc(sizeof(double) * (size_t)iters), *pull_cpu = malloc(sizeof(double) * (size_t)iters);
   char trace_path[4096];
   int traced_run = trace_dir && !from_cpu;
   if (traced_run) snprintf(trace_path, sizeof trace_path, "%s/%s.json", trace_dir, name);
@@ -153,16 +163,18 @@ static double run(const char *name, int from_cpu, int n_gpus, int iters) {
       CHECK(MXSetProfilerConfig(3, k, v));
       CHECK(MXSetProfilerState(1));
     }
-    double t0 = now();
+    double c0 = thread_cpu(), t0 = now();
     CHECK(MXKVStorePush(kv, total, keys, vals, 0));
-    double t1 = now();
+    double t1 = now(), c1 = thread_cpu();
     CHECK(MXKVStorePull(kv, total, keys, outs, 0));
-    double t2 = now();
+    double t2 = now(), c2 = thread_cpu();
     CHECK(MXNDArrayWaitAll());
     if (it >= 0) {
       t[it] = now() - t0;
       push_s[it] = t1 - t0;
       pull_s[it] = t2 - t1;
+      push_cpu[it] = c1 - c0;
+      pull_cpu[it] = c2 - c1;
     }
     if (traced) {
       CHECK(MXSetProfilerState(0));
@@ -174,9 +186,12 @@ static double run(const char *name, int from_cpu, int n_gpus, int iters) {
   if (phases && !from_cpu) {
     qsort(push_s, (size_t)iters, sizeof push_s[0], cmp_double);
     qsort(pull_s, (size_t)iters, sizeof pull_s[0], cmp_double);
-    printf("%-9s phases: push call %.1f us, pull call %.1f us (medians)\n", name, push_s[iters / 2] * 1e6, pull_s[iters / 2] * 1e6);
+    qsort(push_cpu, (size_t)iters, sizeof push_cpu[0], cmp_double);
+    qsort(pull_cpu, (size_t)iters, sizeof pull_cpu[0], cmp_double);
+    printf("%-9s phases: push call %.1f us (%.1f us CPU), pull call %.1f us (%.1f us CPU) (medians)\n", name,
+           push_s[iters / 2] * 1e6, push_cpu[iters / 2] * 1e6, pull_s[iters / 2] * 1e6, pull_cpu[iters / 2] * 1e6);
   }
-  free(push_s); free(pull_s);
+  free(push_s); free(pull_s); free(push_cpu); free(pull_cpu);
   for (uint32_t i = 0; i < total; i++) { MXNDArrayFree(vals[i]); MXNDArrayFree(outs[i]); }
   CHECK(MXKVStoreFree(kv));
   free(vals); free(outs); free(keys); free(t);
