@@ -101,9 +101,9 @@ fi
 if [ "${1:-}" = "--bench" ]; then
   if [ -n "$standin" ]; then
     # On the stand-in the benchmark runs for its values only: one iteration, figures discarded.
-    "$bin/gpubench" --iters 1 --workload small --workload latency >/dev/null && ok "gpubench ran on the stand-in (figures discarded)" || bad "gpubench"
+    "$bin/gpubench" --iters 1 --phases --workload small --workload latency >/dev/null && ok "gpubench ran on the stand-in (figures discarded)" || bad "gpubench"
   else
-    "$bin/gpubench" && ok "gpubench ran" || bad "gpubench"
+    "$bin/gpubench" --phases && ok "gpubench ran" || bad "gpubench"
   fi
 fi
 rm -rf "$tmp"
