@@ -239,3 +239,44 @@ fn enqueue(q: &mut Queue, src: &NDArray, dst: &NDArray, landings: &mut Landings)
     q.copy(to, from, bytes);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Pairs;
+    use crate::backend::CopyJob;
+    use crate::ndarray::{Context, DType, NDArray};
+    use std::sync::Arc;
+
+    fn arrays(n: usize) -> Vec<NDArray> {
+        (0..n).map(|_| NDArray::zeros(&[2], Context::cpu(0), DType::Float32).unwrap()).collect()
+    }
+
+    /// Which of `srcs` and `outs` each pair is, by position.
+    fn positions(pairs: &Pairs, srcs: &[NDArray], outs: &[NDArray]) -> Vec<(usize, usize)> {
+        let at = |set: &[NDArray], a: &NDArray| set.iter().position(|b| b.same_chunk(a)).unwrap();
+        pairs.iter().map(|(s, d)| (at(srcs, s), at(outs, d))).collect()
+    }
+
+    #[test]
+    fn shared_pairs_are_each_jobs_outputs_in_order() {
+        let (srcs, outs) = (arrays(3), Arc::new(arrays(6)));
+        // Job 1 has no output; output 5 belongs to no job of this batch (another batch's).
+        let jobs = vec![
+            CopyJob { src: srcs[0].clone(), dsts: 0..2 },
+            CopyJob { src: srcs[1].clone(), dsts: 2..2 },
+            CopyJob { src: srcs[2].clone(), dsts: 2..5 },
+        ];
+        let pairs = Pairs::shared(&outs, jobs);
+        assert_eq!(pairs.len(), 5);
+        assert_eq!(positions(&pairs, &srcs, &outs), [(0, 0), (0, 1), (2, 2), (2, 3), (2, 4)]);
+    }
+
+    #[test]
+    fn owned_pairs_keep_their_order() {
+        let (srcs, outs) = (arrays(2), arrays(3));
+        let given = vec![(srcs[1].clone(), outs[2].clone()), (srcs[0].clone(), outs[0].clone()), (srcs[1].clone(), outs[1].clone())];
+        let pairs = Pairs::owned(given);
+        assert_eq!(pairs.len(), 3);
+        assert_eq!(positions(&pairs, &srcs, &outs), [(1, 2), (0, 0), (1, 1)]);
+    }
+}
