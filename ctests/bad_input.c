@@ -481,6 +481,47 @@ static void operators(void) {
   CHECK(MXNDArrayFree(wrong));
 }
 
+/* A call repeating an earlier call's many handles (libkvstore keeps such lists decoded) after
+ * one of them was freed is refused like any call naming a freed handle, and changes nothing;
+ * the list with that handle replaced works again. */
+static void repeated_calls_after_a_free(void) {
+  enum { M = 100 };
+  KVStoreHandle s;
+  CHECK(MXKVStoreCreate("local", &s));
+  int keys[M], k = 0;
+  NDArrayHandle vals[M], outs[M];
+  NDArrayHandle zero = f32_filled(N, 0, 0);
+  CHECK(MXKVStoreInit(s, 1, &k, &zero));
+  for (int i = 0; i < M; i++) keys[i] = 0, vals[i] = f32_filled(N, 1, 0), outs[i] = f32_filled(N, -1, 0);
+  for (int r = 0; r < 3; r++) {
+    CHECK(MXKVStorePush(s, M, keys, vals, 0));
+    CHECK(MXKVStorePull(s, M, keys, outs, 0));
+  }
+  TRUE(f32_uniform(outs[0], N) == M && f32_uniform(outs[M - 1], N) == M);
+  CHECK(MXNDArrayFree(vals[50]));
+  CHECK(MXNDArrayFree(outs[50]));
+  FAILS(MXKVStorePush(s, M, keys, vals, 0), "vals[50]");
+  FAILS(MXKVStorePull(s, M, keys, outs, 0), "already freed");
+  FAILS(MXKVStorePushPull(s, M, keys, M, keys, vals, outs, 0), "already freed");
+  /* a new handle may take the freed slot: the old one stays refused */
+  NDArrayHandle two = f32_filled(N, 2, 0);
+  FAILS(MXKVStorePush(s, M, keys, vals, 0), "already freed");
+  TRUE(f32_uniform(outs[0], N) == M);
+  NDArrayHandle out = f32_filled(N, -1, 0);
+  CHECK(MXKVStorePull(s, 1, &k, &out, 0));
+  TRUE(f32_uniform(out, N) == M);
+  vals[50] = two, outs[50] = out;
+  CHECK(MXKVStorePush(s, M, keys, vals, 0));
+  CHECK(MXKVStorePull(s, M, keys, outs, 0));
+  TRUE(f32_uniform(outs[50], N) == M + 1 && f32_uniform(outs[M - 1], N) == M + 1);
+  for (int i = 0; i < M; i++) {
+    CHECK(MXNDArrayFree(vals[i]));
+    CHECK(MXNDArrayFree(outs[i]));
+  }
+  CHECK(MXNDArrayFree(zero));
+  CHECK(MXKVStoreFree(s));
+}
+
 int main(void) {
   CHECK(MXKVStoreCreate("local", &kv));
   CHECK(MXKVStoreCreate("local", &skv));
@@ -492,6 +533,7 @@ int main(void) {
   CHECK(MXKVStoreInitEx(skv, 1, &w, &five));
   null_pointers();
   stale_and_wrong_handles();
+  repeated_calls_after_a_free();
   store_semantics();
   array_arguments();
   improvements();

@@ -10,7 +10,7 @@ use crate::ndarray::NDArray;
 use super::served_store::ServedStore;
 use crate::store::KVStore;
 use once_cell::sync::Lazy;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::os::raw::c_void;
 use std::sync::Arc;
 
@@ -50,6 +50,10 @@ struct Slot {
 struct Registry {
     slots: Vec<Slot>,
     free: Vec<usize>,
+    /// NDArray handles freed so far: while it stays the same, every NDArray handle that was
+    /// live stays live with the same array (an empty one may only be filled), which
+    /// [`RecentCalls`] relies on.
+    frees: u64,
 }
 
 impl Registry {
@@ -138,7 +142,10 @@ fn lookup_in(registry: &Registry, handle: *mut c_void, arg: &dyn Fn() -> String,
 /// The arrays behind `handles` (`arg[i]` in messages), under one registry lock and without
 /// cloning registry entries: this runs for every array of every call.
 pub(crate) fn ndarrays(handles: &[*mut c_void], arg: &str) -> Result<Vec<NDArray>> {
-    let registry = REGISTRY.read();
+    decode(&REGISTRY.read(), handles, arg)
+}
+
+fn decode(registry: &Registry, handles: &[*mut c_void], arg: &str) -> Result<Vec<NDArray>> {
     let mut arrays = Vec::with_capacity(handles.len());
     for (i, h) in handles.iter().enumerate() {
         // The slot a few handles ahead, and the reference count of the array behind the
@@ -160,13 +167,92 @@ pub(crate) fn ndarrays(handles: &[*mut c_void], arg: &str) -> Result<Vec<NDArray
             // Slow path, for the message.
             None => {
                 let name = || format!("{arg}[{i}]");
-                match lookup_in(&registry, *h, &name, "NDArrayHandle")? {
+                match lookup_in(registry, *h, &name, "NDArrayHandle")? {
                     Object::NDArray(_) => crate::bail!("{} ({h:p}) is an empty array (made by MXNDArrayCreateNone)", name()),
                     other => crate::bail!("{} ({h:p}) is {}, not an NDArrayHandle", name(), other.kind()),
                 }
             }
         }
     }
+    Ok(arrays)
+}
+
+/// The arrays of the last few calls that passed many handles, by their handle lists. A
+/// training loop passes the same handles every iteration; handing it the vector decoded last
+/// time, shared, spares a reference count per array on the calling thread and its release on
+/// the worker that drops the call's ops (two locked instructions on lines the workers also
+/// use). Emptied whenever a handle is freed: a freed handle is then refused as before, and no
+/// array outlives its last handle by sitting here.
+#[derive(Default)]
+struct RecentCalls {
+    /// The registry's `frees` when this was last emptied: a decoding from before then must not
+    /// come in.
+    frees: u64,
+    calls: Vec<Decoded>,
+    /// The entry the next decoding replaces, once `calls` is full.
+    next: usize,
+}
+
+struct Decoded {
+    handles: Box<[usize]>,
+    arrays: Arc<Vec<NDArray>>,
+}
+
+/// Calls passing fewer arrays are decoded each time: a few reference counts cost less than
+/// keeping and comparing their lists.
+const RECENT_MIN_HANDLES: usize = 64;
+/// Handle lists kept: a push's values and a pull's outputs, and a few more.
+const RECENT_CALLS: usize = 4;
+
+impl RecentCalls {
+    fn find(&self, handles: &[*mut c_void]) -> Option<Arc<Vec<NDArray>>> {
+        let same = |d: &&Decoded| d.handles.len() == handles.len() && d.handles.iter().zip(handles).all(|(a, b)| *a == *b as usize);
+        self.calls.iter().find(same).map(|d| Arc::clone(&d.arrays))
+    }
+
+    /// Keeps `arrays`, decoded from `handles` when the registry had seen `frees` frees, unless
+    /// a handle was freed since; returns what it displaced (to drop outside the lock).
+    fn keep(&mut self, handles: &[*mut c_void], arrays: &Arc<Vec<NDArray>>, frees: u64) -> Option<Decoded> {
+        if frees != self.frees {
+            return None;
+        }
+        let decoded = Decoded { handles: handles.iter().map(|h| *h as usize).collect(), arrays: Arc::clone(arrays) };
+        if self.calls.len() < RECENT_CALLS {
+            self.calls.push(decoded);
+            return None;
+        }
+        let at = self.next;
+        self.next = (at + 1) % RECENT_CALLS;
+        Some(std::mem::replace(&mut self.calls[at], decoded))
+    }
+
+    /// Forgets every call, as of the registry's `frees`; returns them (to drop outside the
+    /// locks: dropping arrays may free their memory).
+    fn forget(&mut self, frees: u64) -> Vec<Decoded> {
+        self.frees = frees;
+        self.next = 0;
+        std::mem::take(&mut self.calls)
+    }
+}
+
+static RECENT: Lazy<Mutex<RecentCalls>> = Lazy::new(|| Mutex::new(RecentCalls::default()));
+
+/// [`ndarrays`], shared: a list of handles equal to one of the last few calls' (and no handle
+/// freed since) gets the vector decoded then, with no work per array.
+pub(crate) fn shared_ndarrays(handles: &[*mut c_void], arg: &str) -> Result<Arc<Vec<NDArray>>> {
+    if handles.len() < RECENT_MIN_HANDLES {
+        return ndarrays(handles, arg).map(Arc::new);
+    }
+    if let Some(arrays) = RECENT.lock().find(handles) {
+        return Ok(arrays);
+    }
+    let (arrays, frees) = {
+        let registry = REGISTRY.read();
+        (decode(&registry, handles, arg)?, registry.frees)
+    };
+    let arrays = Arc::new(arrays);
+    let displaced = RECENT.lock().keep(handles, &arrays, frees);
+    drop(displaced);
     Ok(arrays)
 }
 
@@ -221,6 +307,11 @@ pub(crate) fn free_ndarray(handle: *mut c_void) -> Result<()> {
         Object::NDArray(_) => registry.remove(handle),
         other => crate::bail!("handle ({handle:p}) is {}, not an NDArrayHandle", other.kind()),
     }
+    registry.frees += 1;
+    // Under the registry's lock: a call decoding after this returns finds none of them.
+    let forgotten = RECENT.lock().forget(registry.frees);
+    drop(registry);
+    drop(forgotten);
     Ok(())
 }
 
@@ -293,5 +384,28 @@ mod tests {
         assert!(ndarray((h as usize + 3) as *mut c_void, "odd").is_err());
         assert!(ndarray(usize::MAX as *mut c_void, "max").is_err());
         free_kvstore(s).unwrap();
+    }
+
+    #[test]
+    fn recent_calls_keep_only_decodings_from_after_the_last_free_and_drop_the_oldest() {
+        let mut recent = RecentCalls::default();
+        let handle = |i: usize| ((i + 1) << 4) as *mut c_void;
+        let handles: Vec<_> = (0..3).map(handle).collect();
+        let arrays = Arc::new(Vec::new());
+        recent.forget(5);
+        assert!(recent.keep(&handles, &arrays, 4).is_none());
+        assert!(recent.find(&handles).is_none(), "decoded before the last free: not kept");
+        recent.keep(&handles, &arrays, 5);
+        assert!(recent.find(&handles).is_some_and(|a| Arc::ptr_eq(&a, &arrays)));
+        assert!(recent.find(&handles[..2]).is_none() && recent.find(&[handle(0), handle(2), handle(1)]).is_none());
+        for i in 0..RECENT_CALLS - 1 {
+            assert!(recent.keep(&[handle(10 + i)], &Arc::new(Vec::new()), 5).is_none());
+        }
+        assert!(recent.find(&handles).is_some());
+        let displaced = recent.keep(&[handle(20)], &Arc::new(Vec::new()), 5);
+        assert!(displaced.is_some_and(|d| Arc::ptr_eq(&d.arrays, &arrays)), "full: the oldest goes");
+        assert!(recent.find(&handles).is_none() && recent.find(&[handle(20)]).is_some());
+        assert_eq!(recent.forget(6).len(), RECENT_CALLS);
+        assert!(recent.find(&[handle(20)]).is_none());
     }
 }

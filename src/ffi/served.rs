@@ -23,11 +23,11 @@ impl ServedStore for KVStore {
     }
 
     fn push(&self, keys: Keys, values: &[NDArrayHandle], priority: c_int) -> Result<()> {
-        KVStore::push(self, keys, handle::ndarrays(values, "vals")?, priority)
+        KVStore::push_shared(self, keys, handle::shared_ndarrays(values, "vals")?, priority)
     }
 
     fn pull(&self, keys: Keys, outs: &[NDArrayHandle], priority: c_int, ignore_sparse: bool) -> Result<()> {
-        KVStore::pull(self, keys, handle::ndarrays(outs, "vals")?, priority, ignore_sparse)
+        KVStore::pull_shared(self, keys, handle::shared_ndarrays(outs, "vals")?, priority, ignore_sparse)
     }
 
     fn pull_row_sparse(&self, keys: Keys, outs: &[NDArrayHandle], row_ids: &[NDArrayHandle], priority: c_int) -> Result<()> {
@@ -37,9 +37,9 @@ impl ServedStore for KVStore {
     }
 
     fn push_pull(&self, (vkeys, okeys): (Keys, Keys), values: &[NDArrayHandle], outs: &[NDArrayHandle], priority: c_int) -> Result<()> {
-        let values = handle::ndarrays(values, "vals")?;
-        let outs = handle::ndarrays(outs, "outs")?;
-        KVStore::push_pull(self, vkeys, values, okeys, outs, priority)
+        let values = handle::shared_ndarrays(values, "vals")?;
+        let outs = handle::shared_ndarrays(outs, "outs")?;
+        KVStore::push_pull_shared(self, vkeys, values, okeys, outs, priority)
     }
 
     fn broadcast(&self, (vkeys, okeys): (Keys, Keys), values: &[NDArrayHandle], outs: &[NDArrayHandle], priority: c_int) -> Result<()> {

@@ -115,8 +115,7 @@ pub(crate) fn compressed_sums(jobs: Vec<CompressedSumJob>, priority: i32) {
 }
 
 /// Hands the copies into `outs` to the backends and returns at once.
-pub(crate) fn copies(outs: Vec<NDArray>, jobs: Vec<CopyJob>, priority: i32) {
-    let outs = Arc::new(outs);
+pub(crate) fn copies(outs: Arc<Vec<NDArray>>, jobs: Vec<CopyJob>, priority: i32) {
     let sized = |j: &CopyJob| j.src.data_byte_len() * (j.dsts.len() + 1);
     let kind = |j: &CopyJob| BackendKind::of(outs.get(j.dsts.start).map_or(j.src.ctx(), NDArray::ctx));
     for (kind, bytes, batch) in batches(jobs, sized, kind) {

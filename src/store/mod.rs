@@ -31,6 +31,11 @@ use plan::PushPlan;
 use std::ffi::CString;
 use std::sync::Arc;
 
+/// A call's arrays, shared with the ops that use them: a call repeating an earlier call's
+/// arrays may hand over the same vector (see `ffi::handle`), with no reference taken per
+/// array.
+pub type Arrays = Arc<Vec<NDArray>>;
+
 /// Where stores keep values, as MXNet's do (`Comm::pinned_ctx_`).
 pub const STORE_CONTEXT: Context = Context::cpu_pinned(0);
 
@@ -194,7 +199,11 @@ impl KVStore {
 
     /// Sums the values of each key and applies the updater, or stores the sum.
     pub fn push(&self, keys: Keys, values: impl Into<Vec<NDArray>>, priority: i32) -> Result<()> {
-        let values = values.into();
+        self.push_shared(keys, Arc::new(values.into()), priority)
+    }
+
+    /// [`KVStore::push`] of values already shared.
+    pub fn push_shared(&self, keys: Keys, values: Arrays, priority: i32) -> Result<()> {
         let _trace = profiler::span(Class::Call, "push", || trace_args(&keys, &values));
         let servers = self.comm.servers("push")?;
         check_len(&keys, values.len())?;
@@ -224,7 +233,7 @@ impl KVStore {
     }
 
     /// The planner's checks of a push, with the comm's rules and the compression's.
-    fn plan_push(&self, state: &State, ids: &[i32], values: Vec<NDArray>) -> Result<PushPlan> {
+    fn plan_push(&self, state: &State, ids: &[i32], values: Arrays) -> Result<PushPlan> {
         let shown = Self::shown(&state.keys);
         let plan = plan::plan_push(&state.entries, ids, &shown, values)?;
         plan::check_push_rules(&self.comm.rules(), &state.entries, &plan, &shown)?;
@@ -233,7 +242,7 @@ impl KVStore {
     }
 
     /// The planner's checks of a pull, with the comm's rules.
-    fn plan_pull(&self, state: &State, ids: &[i32], outs: Vec<NDArray>, ignore_sparse: bool) -> Result<plan::PullPlan> {
+    fn plan_pull(&self, state: &State, ids: &[i32], outs: Arrays, ignore_sparse: bool) -> Result<plan::PullPlan> {
         let shown = Self::shown(&state.keys);
         let rules = self.comm.rules();
         crate::ensure!(ignore_sparse || !rules.pull_ignores_sparse, "dist kvstore pull doesn't support ignore_sparse=False");
@@ -245,7 +254,11 @@ impl KVStore {
 
     /// Copies the stored values into `outs`; sparse outputs are skipped when `ignore_sparse`.
     pub fn pull(&self, keys: Keys, outs: impl Into<Vec<NDArray>>, priority: i32, ignore_sparse: bool) -> Result<()> {
-        let outs = outs.into();
+        self.pull_shared(keys, Arc::new(outs.into()), priority, ignore_sparse)
+    }
+
+    /// [`KVStore::pull`] into outputs already shared.
+    pub fn pull_shared(&self, keys: Keys, outs: Arrays, priority: i32, ignore_sparse: bool) -> Result<()> {
         let _trace = profiler::span(Class::Call, "pull", || trace_args(&keys, &outs));
         let servers = self.comm.servers("pull")?;
         check_len(&keys, outs.len())?;
@@ -283,7 +296,11 @@ impl KVStore {
         outs: impl Into<Vec<NDArray>>,
         priority: i32,
     ) -> Result<()> {
-        let (values, outs) = (values.into(), outs.into());
+        self.push_pull_shared(vkeys, Arc::new(values.into()), okeys, Arc::new(outs.into()), priority)
+    }
+
+    /// [`KVStore::push_pull`] of values and into outputs already shared.
+    pub fn push_pull_shared(&self, vkeys: Keys, values: Arrays, okeys: Keys, outs: Arrays, priority: i32) -> Result<()> {
         let _trace = profiler::span(Class::Call, "pushpull", || trace_args(&vkeys, &values));
         let servers = self.comm.servers("push-pull")?;
         check_len(&vkeys, values.len())?;
@@ -345,7 +362,7 @@ impl KVStore {
         outs: impl Into<Vec<NDArray>>,
         priority: i32,
     ) -> Result<()> {
-        let outs = outs.into();
+        let outs = Arc::new(outs.into());
         let _trace = profiler::span(Class::Call, "broadcast", || trace_args(&vkeys, values));
         let servers = self.comm.servers("broadcast")?;
         check_len(&vkeys, values.len())?;
@@ -614,7 +631,7 @@ impl KVStore {
         // malloc serves only after consolidating its fast bins (costly in a host process).
         let calls_len = if with_updater { groups.len() } else { 0 };
         let (mut compressed, mut calls) = (Vec::new(), Vec::with_capacity(calls_len));
-        let mut sums = batch::SumBatches::new(self.sum_order(), Arc::new(values), priority);
+        let mut sums = batch::SumBatches::new(self.sum_order(), values, priority);
         let (mut tails, mut jobs) = (Vec::new(), 0);
         for (g, p) in groups.into_iter().zip(prepared) {
             let Some(entry) = state.entries.get_mut(&g.id) else { continue };

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::ndarray::{shape_string, Context, NDArray, StorageType};
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 use super::comm::Rules;
 use super::entries::Entries;
 
@@ -18,7 +19,7 @@ pub(crate) struct PushGroup {
 
 /// A checked push: every pushed value, grouped by key, and the keys.
 pub(crate) struct PushPlan {
-    pub values: Vec<NDArray>,
+    pub values: Arc<Vec<NDArray>>,
     pub groups: Vec<PushGroup>,
 }
 
@@ -27,7 +28,7 @@ pub(crate) struct PushPlan {
 /// vector for all groups: a call may carry thousands of keys, and a vector per key would
 /// cost an allocation each, here and again where the workers free it.
 pub(crate) struct Grouped<T> {
-    pub items: Vec<T>,
+    pub items: Arc<Vec<T>>,
     pub runs: Vec<(i32, Range<usize>)>,
 }
 
@@ -41,9 +42,10 @@ fn runs_of(sorted_ids: &[i32]) -> Vec<(i32, Range<usize>)> {
     runs
 }
 
-/// Groups `(id, item)` pairs by id; see [`Grouped`]. Takes the items by value: cloning arrays
-/// costs refcount traffic with the workers.
-pub(crate) fn group<T>(ids: &[i32], items: Vec<T>) -> Grouped<T> {
+/// Groups `(id, item)` pairs by id; see [`Grouped`]. Takes the items shared and keeps them so
+/// where their keys are in order: cloning arrays costs refcount traffic with the workers, and
+/// a call repeating an earlier call's handles shares that call's arrays (`ffi::handle`).
+pub(crate) fn group<T: Clone>(ids: &[i32], items: Arc<Vec<T>>) -> Grouped<T> {
     if ids.windows(2).all(|w| w[0] <= w[1]) {
         // The usual call lists keys in order: nothing moves.
         return Grouped { runs: runs_of(ids), items };
@@ -51,11 +53,11 @@ pub(crate) fn group<T>(ids: &[i32], items: Vec<T>) -> Grouped<T> {
     // Sort positions, not the items themselves (arrays are several words each).
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by_key(|&i| ids[i]); // stable: argument order within a key
-    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<T>> = Arc::unwrap_or_clone(items).into_iter().map(Some).collect();
     // `order` is a permutation: every slot is still full when its turn comes.
     let items: Vec<T> = order.iter().filter_map(|&i| slots[i].take()).collect();
     let sorted_ids: Vec<i32> = order.iter().map(|&i| ids[i]).collect();
-    Grouped { runs: runs_of(&sorted_ids), items }
+    Grouped { runs: runs_of(&sorted_ids), items: Arc::new(items) }
 }
 
 /// Fails unless `other` (a pushed value or an output) has the stored value's shape.
@@ -85,7 +87,7 @@ pub(crate) fn plan_push(
     entries: &Entries,
     ids: &[i32],
     shown: &dyn Fn(i32) -> String,
-    values: Vec<NDArray>,
+    values: Arc<Vec<NDArray>>,
 ) -> Result<PushPlan> {
     let Grouped { items: values, runs } = group(ids, values);
     let mut groups = Vec::with_capacity(runs.len());
@@ -155,7 +157,7 @@ pub(crate) fn check_compressible(
 /// A checked pull: the outputs, grouped by key, and one copy per key from the stored value
 /// into its outputs.
 pub(crate) struct PullPlan {
-    pub outs: Vec<NDArray>,
+    pub outs: Arc<Vec<NDArray>>,
     pub copies: Vec<CopyJob>,
     /// Each copy's key.
     pub ids: Vec<i32>,
@@ -167,13 +169,13 @@ pub(crate) fn plan_pull(
     lookup: &dyn Fn(i32) -> Option<NDArray>,
     ids: &[i32],
     shown: &dyn Fn(i32) -> String,
-    outs: Vec<NDArray>,
+    outs: Arc<Vec<NDArray>>,
     ignore_sparse: bool,
 ) -> Result<PullPlan> {
     let skipped = |o: &NDArray| ignore_sparse && o.stype() != StorageType::Default;
     let Grouped { items: outs, runs } = if outs.iter().any(skipped) {
-        let (ids, outs): (Vec<i32>, Vec<NDArray>) = ids.iter().copied().zip(outs).filter(|(_, o)| !skipped(o)).unzip();
-        group(&ids, outs)
+        let (ids, outs): (Vec<i32>, Vec<NDArray>) = ids.iter().copied().zip(outs.iter().cloned()).filter(|(_, o)| !skipped(o)).unzip();
+        group(&ids, Arc::new(outs))
     } else {
         group(ids, outs)
     };
@@ -375,13 +377,14 @@ mod tests {
 
     #[test]
     fn groups_are_in_ascending_key_order_and_keep_argument_order() {
-        let g = group(&[7, 3, 7, 5, 3], vec!["a", "b", "c", "d", "e"]);
-        assert_eq!(g.items, vec!["b", "e", "d", "a", "c"]);
+        let g = group(&[7, 3, 7, 5, 3], Arc::new(vec!["a", "b", "c", "d", "e"]));
+        assert_eq!(*g.items, vec!["b", "e", "d", "a", "c"]);
         assert_eq!(g.runs, vec![(3, 0..2), (5, 2..3), (7, 3..5)]);
-        let sorted = group(&[1, 1, 2, 4, 4, 4], vec![10, 11, 20, 40, 41, 42]);
-        assert_eq!(sorted.items, vec![10, 11, 20, 40, 41, 42]);
+        let items = Arc::new(vec![10, 11, 20, 40, 41, 42]);
+        let sorted = group(&[1, 1, 2, 4, 4, 4], Arc::clone(&items));
+        assert!(Arc::ptr_eq(&sorted.items, &items), "keys in order: the shared items are kept, not copied");
         assert_eq!(sorted.runs, vec![(1, 0..2), (2, 2..3), (4, 3..6)]);
-        let empty = group::<u8>(&[], vec![]);
+        let empty = group::<u8>(&[], Arc::new(vec![]));
         assert!(empty.items.is_empty() && empty.runs.is_empty());
     }
 }
