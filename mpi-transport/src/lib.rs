@@ -82,8 +82,11 @@ pub extern "C" fn kvmpi_abi_version() -> c_int {
 /// world communicator and splits it by `color`; writes this process's world rank and size.
 /// Returns 1 if MPI was already initialised by this plugin, 2 if MPI cannot be initialised
 /// or lacks thread support.
+///
+/// # Safety
+/// `rank` and `size` are each NULL or valid for writing one `c_int`.
 #[no_mangle]
-pub extern "C" fn kvmpi_init(color: c_int, rank: *mut c_int, size: *mut c_int) -> c_int {
+pub unsafe extern "C" fn kvmpi_init(color: c_int, rank: *mut c_int, size: *mut c_int) -> c_int {
     let mut threads = match THREADS.lock() {
         Ok(t) => t,
         Err(_) => return 3,
@@ -155,8 +158,11 @@ fn tcp_defaults() {
 }
 
 /// Gathers one int from every process into `out` (world-size entries, in world-rank order).
+///
+/// # Safety
+/// `out` is NULL or valid for writing `n` `c_int`s.
 #[no_mangle]
-pub extern "C" fn kvmpi_allgather_int(value: c_int, out: *mut c_int, n: usize) -> c_int {
+pub unsafe extern "C" fn kvmpi_allgather_int(value: c_int, out: *mut c_int, n: usize) -> c_int {
     let Some(c) = comms() else { return 1 };
     if out.is_null() || n != c.world.size() as usize {
         return 2;
@@ -658,8 +664,11 @@ extern "C" {
 /// Writes this process's MPI processor name (its host name), NUL-terminated, into `out` (`len`
 /// bytes), for every process: `out` holds `n` (the world size) entries of `len` bytes, in
 /// world-rank order. Names longer than `len - 1` bytes are cut.
+///
+/// # Safety
+/// `out` is NULL or valid for writing `n * len` bytes.
 #[no_mangle]
-pub extern "C" fn kvmpi_processor_names(out: *mut u8, len: usize, n: usize) -> c_int {
+pub unsafe extern "C" fn kvmpi_processor_names(out: *mut u8, len: usize, n: usize) -> c_int {
     let Some(c) = comms() else { return 1 };
     if out.is_null() || len < 2 || n != c.world.size() as usize {
         return 2;
