@@ -361,6 +361,8 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
     let mut sending: Vec<Sending> = Vec::new();
     let mut receiving: HashMap<c_int, VecDeque<Receiving>> = HashMap::new();
     let mut pool: Vec<Vec<u8>> = Vec::new();
+    // Each pass's requests to test, the receive behind each (after the sends), what finished.
+    let (mut requests, mut owners, mut indices, mut finished) = (Vec::new(), Vec::new(), Vec::<c_int>::new(), Vec::new());
     let mut stopping = false;
     let mut idle = Backoff::new();
     let mut wait: Option<std::time::Duration> = None;
@@ -474,40 +476,61 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
                 receiving.entry(status.MPI_SOURCE).or_default().push_back(Receiving { request, tag: status.MPI_TAG, buffer, len, done: false });
             }
         }
-        // Finished sends: release their bytes, open their destination's window.
-        let mut i = 0;
-        while i < sending.len() {
-            let mut flag: c_int = 0;
-            // SAFETY: a live request of this thread; MPI_STATUS_IGNORE is allowed.
-            let rc = unsafe { ffi::MPI_Test(&mut sending[i].request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        // Finished sends and receives, found by one test of every request: a test that finds
+        // its request unfinished runs Open MPI's progress engine (a poll of every socket), so
+        // testing them one at a time cost a system call per request and pass.
+        requests.clear();
+        owners.clear();
+        requests.extend(sending.iter().map(|s| s.request));
+        for (&source, list) in receiving.iter() {
+            for (i, r) in list.iter().enumerate().filter(|(_, r)| !r.done) {
+                requests.push(r.request);
+                owners.push((source, i));
+            }
+        }
+        if !requests.is_empty() {
+            indices.resize(requests.len(), 0);
+            let mut count: c_int = 0;
+            // SAFETY: `requests` holds live requests of this thread (copies: MPI frees the
+            // completed ones, which are then dropped from `sending` or marked done below and
+            // never tested again); `indices` has room for every request; statuses ignored.
+            let rc = unsafe {
+                ffi::MPI_Testsome(requests.len() as c_int, requests.as_mut_ptr(), &mut count, indices.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
+            };
             if rc != 0 {
-                mpi_failed("MPI_Test of a send", rc);
+                mpi_failed("MPI_Testsome", rc);
             }
-            if flag == 0 {
-                i += 1;
-                continue;
-            }
-            worked = true;
-            let done = sending.swap_remove(i);
-            if done.bulk {
-                if let Some(q) = queues.get_mut(&done.out.dest) {
-                    q.bulk_in_flight -= 1;
-                    q.bulk_bytes -= done.out.len;
+            let sends = sending.len();
+            finished.clear();
+            for &i in &indices[..count.max(0) as usize] {
+                let i = i as usize;
+                match i.checked_sub(sends) {
+                    None => finished.push(i),
+                    Some(r) => {
+                        let (source, at) = owners[r];
+                        if let Some(r) = receiving.get_mut(&source).and_then(|l| l.get_mut(at)) {
+                            r.done = true;
+                        }
+                    }
                 }
             }
-            done.out.release();
+            // Highest first: each swap_remove then moves an element that stays.
+            finished.sort_unstable_by(|a, b| b.cmp(a));
+            for &i in &finished {
+                worked = true;
+                // Finished sends: release their bytes, open their destination's window.
+                let done = sending.swap_remove(i);
+                if done.bulk {
+                    if let Some(q) = queues.get_mut(&done.out.dest) {
+                        q.bulk_in_flight -= 1;
+                        q.bulk_bytes -= done.out.len;
+                    }
+                }
+                done.out.release();
+            }
         }
         // Finished receives, in match order per source.
         for (&source, list) in receiving.iter_mut() {
-            for r in list.iter_mut().filter(|r| !r.done) {
-                let mut flag: c_int = 0;
-                // SAFETY: a live request of this thread.
-                let rc = unsafe { ffi::MPI_Test(&mut r.request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-                if rc != 0 {
-                    mpi_failed("MPI_Test of a receive", rc);
-                }
-                r.done = flag != 0;
-            }
             while list.front().is_some_and(|r| r.done) {
                 let r = list.pop_front().expect("front checked");
                 worked = true;
