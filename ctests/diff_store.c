@@ -262,6 +262,44 @@ static void pushpull_broadcast(const char *type) {
   for (int d = 0; d < 4; d++) CHECK(MXNDArrayFree(four[d]) || MXNDArrayFree(outs[d]) || MXNDArrayFree(twos[d]));
 }
 
+/* The same long lists of handles call after call (libkvstore keeps such a list's arrays
+ * decoded), keys in descending order, with the values rewritten between calls and the same
+ * list pushed and pulled in place: each call sees the arrays as they are then. */
+static void repeated_lists(const char *type) {
+  printf("== repeated lists of 96 arrays on '%s'\n", type);
+  enum { K = 24, M = K * 4 };
+  KVStoreHandle kv;
+  CHECK(MXKVStoreCreate(type, &kv));
+  int keys[K], vkeys[M];
+  NDArrayHandle inits[K], vals[M], outs[M];
+  for (int k = 0; k < K; k++) keys[k] = 100 + k, inits[k] = f32_filled(N, 0, 0);
+  CHECK(MXKVStoreInit(kv, K, keys, inits));
+  for (int i = 0; i < M; i++) {
+    vkeys[i] = 100 + K - 1 - i / 4;
+    vals[i] = f32_filled(N, (float)(i % 7), i % 4);
+    outs[i] = f32_filled(N, -1, i % 4);
+  }
+  for (int round = 0; round < 3; round++) {
+    CHECK(MXKVStorePush(kv, M, vkeys, vals, 0));
+    CHECK(MXKVStorePull(kv, M, vkeys, outs, 0));
+    printf("round %d\n", round);
+    show("first key, first output", outs[0]);
+    show("last key, last output", outs[M - 1]);
+    float v[N];
+    for (int j = 0; j < N; j++) v[j] = (float)(round + 1) * 0.5f + (float)j;
+    CHECK(MXNDArraySyncCopyFromCPU(vals[5], v, N));
+  }
+  CHECK(MXKVStorePushPull(kv, M, vkeys, M, vkeys, vals, vals, 0));
+  show("pushpull in place, first", vals[0]);
+  show("pushpull in place, rewritten value's key", vals[5]);
+  for (int i = 0; i < M; i++) {
+    CHECK(MXNDArrayFree(vals[i]));
+    CHECK(MXNDArrayFree(outs[i]));
+  }
+  for (int k = 0; k < K; k++) CHECK(MXNDArrayFree(inits[k]));
+  CHECK(MXKVStoreFree(kv));
+}
+
 int main(void) {
   type_names();
   for (int t = 0; t < 2; t++) {
@@ -269,6 +307,7 @@ int main(void) {
     str_keys(STORE_TYPES[t]);
     updaters(STORE_TYPES[t]);
     pushpull_broadcast(STORE_TYPES[t]);
+    repeated_lists(STORE_TYPES[t]);
   }
   CHECK(MXNDArrayWaitAll());
   printf("done\n");
