@@ -67,6 +67,31 @@ static NDArrayHandle rsp_value(int nnr, const int64_t *ids, float value) {
   return rsp_f32_on(8, 2, (uint32_t)nnr, ids, vals, 0);
 }
 
+/* n float32 values scale * (i % 997 + 1) on the program's context: every element differs
+ * from its neighbours, so a piece answered at the wrong place shows. */
+static NDArrayHandle f32_ramp(uint32_t n, float scale) {
+  float *v = malloc(n * sizeof(float));
+  for (uint32_t i = 0; i < n; i++) v[i] = scale * (float)(i % 997 + 1);
+  NDArrayHandle h;
+  CHECK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_F32, &h));
+  CHECK(MXNDArraySyncCopyFromCPU(h, v, n));
+  free(v);
+  return h;
+}
+
+static void expect_ramp(NDArrayHandle h, uint32_t n, float scale, int line) {
+  float *v = malloc(n * sizeof(float));
+  CHECK(MXNDArraySyncCopyToCPU(h, v, n));
+  for (uint32_t i = 0; i < n; i++) {
+    if (v[i] != scale * (float)(i % 997 + 1)) {
+      fprintf(stderr, "line %d: element %u is %g, expected %g\n", line, i, v[i], scale * (float)(i % 997 + 1));
+      exit(1);
+    }
+  }
+  free(v);
+}
+#define EXPECT_RAMP(h, n, scale) expect_ramp(h, n, scale, __LINE__)
+
 static void pull1(KVStoreHandle kv, int key, NDArrayHandle out) {
   CHECK(MXKVStorePull(kv, 1, &key, &out, 0));
 }
@@ -146,6 +171,27 @@ int main(int argc, char **argv) {
   CHECK(MXKVStorePush(kv, 2, twice, vb2, 0));
   pull1(kv, kb, ob);
   EXPECT_ALL(ob, big, sum2);
+
+  /* A 12 MB key: split over the servers, its parts pushed and answered in chunks whose bytes
+   * leave from the pushed value's (or the worker's sum's, or the server's chunk's) own memory
+   * in a message of two parts. Every element checked: one value per worker, two (summed on
+   * the worker first), and a push-pull. */
+  int kl = 13;
+  const uint32_t large = 3000000;
+  NDArrayHandle lzero = f32_ramp(large, 0), lval = f32_ramp(large, (float)(rank + 1)), lout = f32_ramp(large, -1);
+  CHECK(MXKVStoreInit(kv, 1, &kl, &lzero));
+  CHECK(MXKVStorePush(kv, 1, &kl, &lval, 0));
+  pull1(kv, kl, lout);
+  EXPECT_RAMP(lout, large, sum);
+  int ktwice[2] = {kl, kl};
+  NDArrayHandle ltwice[2] = {lval, lval};
+  CHECK(MXKVStorePush(kv, 2, ktwice, ltwice, 0));
+  pull1(kv, kl, lout);
+  EXPECT_RAMP(lout, large, sum2);
+  CHECK(MXKVStorePushPull(kv, 1, &kl, 1, &kl, &lval, &lout, 0));
+  EXPECT_RAMP(lout, large, sum);
+  NDArrayHandle lall[] = {lzero, lval, lout};
+  for (size_t i = 0; i < sizeof lall / sizeof lall[0]; i++) CHECK(MXNDArrayFree(lall[i]));
 
   /* row_sparse (on the program's context: GPUs in the -DDEV_CPU=2 build): init from worker
    * 0 with every row (as MXNet's servers expect), then PullRowSparse of rows {7, 1, 7} (the

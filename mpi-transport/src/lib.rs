@@ -4,7 +4,8 @@
 //! What it offers: MPI initialised with `MPI_THREAD_MULTIPLE` on a thread this library owns
 //! (which also finalises it), a private duplicate of the world communicator for messages and
 //! all-node barriers, a communicator per role colour for group barriers, posted byte sends
-//! with a tag (`kvmpi_post`: returns at once, the bytes released when sent), one progress
+//! with a tag (`kvmpi_post`: returns at once, the bytes released when sent; `kvmpi_post_parts`:
+//! a head and a body sent each from where it lies, received as one message), one progress
 //! thread that sends and receives several messages at once in both directions (a send never
 //! waits for a receive, nor a receive for a send), a dispatch thread handing every message to
 //! a callback, an all-gather of one int and of the processor names, heartbeats on a
@@ -28,10 +29,14 @@ use std::time::{Duration, Instant};
 use std::thread::JoinHandle;
 
 /// The version of this C ABI; libkvstore refuses a plugin of another version.
-pub const KVMPI_ABI_VERSION: c_int = 3;
+pub const KVMPI_ABI_VERSION: c_int = 4;
 
 /// The tag of the message a process sends itself to stop its receiver thread.
 const STOP_TAG: i32 = 32000;
+
+/// A message posted in two parts (`kvmpi_post_parts`) travels as two MPI messages: its head
+/// with the tag plus this, then its body with the tag. Callers' tags stay below it.
+const HEAD_TAG_OFFSET: c_int = 8192;
 
 /// The communicators, shared by every thread of the process.
 struct Comms {
@@ -183,6 +188,9 @@ struct Outgoing {
     tag: c_int,
     data: *const u8,
     len: usize,
+    /// The second part of a two-part message (`body_len` 0: none).
+    body: *const u8,
+    body_len: usize,
     release: KvmpiRelease,
     ctx: *mut c_void,
 }
@@ -219,13 +227,34 @@ static POST: Mutex<Option<mpsc::Sender<Command>>> = Mutex::new(None);
 /// return the message was not taken and `release` is not called.
 #[no_mangle]
 pub extern "C" fn kvmpi_post(dest: c_int, tag: c_int, data: *const u8, len: usize, express: c_int, release: KvmpiRelease, ctx: *mut c_void) -> c_int {
+    kvmpi_post_parts(dest, tag, data, len, std::ptr::null(), 0, express, release, ctx)
+}
+
+/// As `kvmpi_post`, for a message made of `head_len` bytes at `head` followed by `body_len`
+/// bytes at `body` (both kept valid and unchanged until `release(ctx)`): the receiver's
+/// callback gets them as one message, and neither part is copied on the way out. `tag` must
+/// be below 8192. Each part must be under 2 GiB.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn kvmpi_post_parts(
+    dest: c_int,
+    tag: c_int,
+    head: *const u8,
+    head_len: usize,
+    body: *const u8,
+    body_len: usize,
+    express: c_int,
+    release: KvmpiRelease,
+    ctx: *mut c_void,
+) -> c_int {
     let Some(c) = comms() else { return 1 };
-    if dest < 0 || dest >= c.world.size() || len > i32::MAX as usize || (data.is_null() && len > 0) {
+    let part_ok = |p: *const u8, len: usize| len <= i32::MAX as usize && (!p.is_null() || len == 0);
+    if dest < 0 || dest >= c.world.size() || !part_ok(head, head_len) || !part_ok(body, body_len) || !(0..HEAD_TAG_OFFSET).contains(&tag) {
         return 2;
     }
     let Ok(post) = POST.lock() else { return 3 };
     let Some(tx) = post.as_ref() else { return 4 };
-    let out = Outgoing { dest, tag, data, len, release, ctx };
+    let out = Outgoing { dest, tag, data: head, len: head_len, body, body_len, release, ctx };
     match tx.send(Command::Send(out, express != 0)) {
         Ok(()) => 0,
         // The progress thread has gone: the message is dropped unsent, its bytes unreleased
@@ -285,9 +314,10 @@ impl Backoff {
     }
 }
 
-/// A send under way.
+/// A send under way: one request, or two for a two-part message (head, body); a finished
+/// one is replaced by `MPI_REQUEST_NULL`.
 struct Sending {
-    request: ffi::MPI_Request,
+    requests: [ffi::MPI_Request; 2],
     out: Outgoing,
     bulk: bool,
 }
@@ -348,6 +378,15 @@ fn mpi_failed(what: &str, rc: c_int) -> ! {
     unreachable!()
 }
 
+/// The smallest pooled buffer that holds `len` bytes, else a new one.
+fn pooled(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
+    let pick = pool.iter().enumerate().filter(|(_, b)| b.len() >= len).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
+    match pick {
+        Some(i) => pool.swap_remove(i),
+        None => vec![0u8; len.max(1)],
+    }
+}
+
 /// The progress thread: the only thread that sends and receives messages. It posts queued
 /// sends (bulk ones in order, a window at a time per destination; express ones at once),
 /// matches every incoming message and receives it into a pooled buffer (several at once:
@@ -363,6 +402,10 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
     let mut pool: Vec<Vec<u8>> = Vec::new();
     // Each pass's requests to test, the receive behind each (after the sends), what finished.
     let (mut requests, mut owners, mut indices, mut finished) = (Vec::new(), Vec::new(), Vec::<c_int>::new(), Vec::new());
+    // The send and part behind each of a pass's first requests.
+    let mut send_slots: Vec<(usize, usize)> = Vec::new();
+    // Per source, the head of a two-part message whose body comes next, and its tag.
+    let mut heads: HashMap<c_int, (Vec<u8>, c_int)> = HashMap::new();
     let mut stopping = false;
     let mut idle = Backoff::new();
     let mut wait: Option<std::time::Duration> = None;
@@ -405,14 +448,24 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
         // Start the sends that may start.
         for q in queues.values_mut() {
             let mut start = |out: Outgoing, bulk: bool| {
-                let mut request = request_null;
-                // SAFETY: `out.data` holds `out.len` bytes until `release` (kvmpi_post's
-                // contract), which is called only after this request completes.
-                let rc = unsafe { ffi::MPI_Isend(out.data as *const c_void, out.len as c_int, byte, out.dest, out.tag, comm, &mut request) };
-                if rc != 0 {
-                    mpi_failed("MPI_Isend", rc);
-                }
-                sending.push(Sending { request, out, bulk });
+                let isend = |data: *const u8, len: usize, tag: c_int| {
+                    let mut request = request_null;
+                    // SAFETY: `data` holds `len` bytes until `release` (kvmpi_post_parts's
+                    // contract), which is called only after this request completes.
+                    let rc = unsafe { ffi::MPI_Isend(data as *const c_void, len as c_int, byte, out.dest, tag, comm, &mut request) };
+                    if rc != 0 {
+                        mpi_failed("MPI_Isend", rc);
+                    }
+                    request
+                };
+                // A two-part message's parts leave back to back: its receiver takes the next
+                // message from this process after the head as its body.
+                let requests = if out.body_len == 0 {
+                    [isend(out.data, out.len, out.tag), request_null]
+                } else {
+                    [isend(out.data, out.len, out.tag + HEAD_TAG_OFFSET), isend(out.body, out.body_len, out.tag)]
+                };
+                sending.push(Sending { requests, out, bulk });
             };
             while let Some(out) = q.express.pop_front() {
                 start(out, false);
@@ -420,13 +473,13 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
             }
             while let Some(next) = q.bulk.front() {
                 let t = tuning();
-                let fits = q.bulk_in_flight == 0 || (q.bulk_in_flight < t.max_in_flight && q.bulk_bytes + next.len <= t.window_bytes);
+                let fits = q.bulk_in_flight == 0 || (q.bulk_in_flight < t.max_in_flight && q.bulk_bytes + next.len + next.body_len <= t.window_bytes);
                 if !fits {
                     break;
                 }
                 let out = q.bulk.pop_front().expect("front checked");
                 q.bulk_in_flight += 1;
-                q.bulk_bytes += out.len;
+                q.bulk_bytes += out.len + out.body_len;
                 start(out, true);
                 worked = true;
             }
@@ -460,20 +513,36 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
                 // SAFETY: the status MPI_Improbe filled.
                 unsafe { ffi::MPI_Get_count(&status, byte, &mut count) };
                 let len = count.max(0) as usize;
-                // The smallest pooled buffer that holds the message, else a new one.
-                let pick = pool.iter().enumerate().filter(|(_, b)| b.len() >= len).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
-                let mut buffer = match pick {
-                    Some(i) => pool.swap_remove(i),
-                    None => vec![0u8; len.max(1)],
-                };
+                let (source, tag) = (status.MPI_SOURCE, status.MPI_TAG);
+                if (HEAD_TAG_OFFSET..2 * HEAD_TAG_OFFSET).contains(&tag) {
+                    // The head of a two-part message: small, and here whole once matched.
+                    let mut head = vec![0u8; len];
+                    // SAFETY: `head` holds `len` bytes; the message was matched above.
+                    let rc = unsafe { ffi::MPI_Mrecv(head.as_mut_ptr() as *mut c_void, count, byte, &mut message, ffi::RSMPI_STATUS_IGNORE) };
+                    if rc != 0 {
+                        mpi_failed("MPI_Mrecv", rc);
+                    }
+                    heads.insert(source, (head, tag - HEAD_TAG_OFFSET));
+                    continue;
+                }
+                // A body is received after its head in one buffer, as one message.
+                let head = heads.remove(&source);
+                let at = head.as_ref().map_or(0, |(h, _)| h.len());
+                let mut buffer = pooled(&mut pool, at + len);
+                if let Some((h, head_tag)) = head {
+                    if head_tag != tag {
+                        mpi_failed("receiving a two-part message (its body has another tag)", tag);
+                    }
+                    buffer[..at].copy_from_slice(&h);
+                }
                 let mut request = request_null;
-                // SAFETY: `buffer` holds at least `len` bytes and is kept (in `receiving`)
-                // until the request completes.
-                let rc = unsafe { ffi::MPI_Imrecv(buffer.as_mut_ptr() as *mut c_void, count, byte, &mut message, &mut request) };
+                // SAFETY: `buffer` holds at least `at + len` bytes and is kept (in
+                // `receiving`) until the request completes.
+                let rc = unsafe { ffi::MPI_Imrecv(buffer[at..].as_mut_ptr() as *mut c_void, count, byte, &mut message, &mut request) };
                 if rc != 0 {
                     mpi_failed("MPI_Imrecv", rc);
                 }
-                receiving.entry(status.MPI_SOURCE).or_default().push_back(Receiving { request, tag: status.MPI_TAG, buffer, len, done: false });
+                receiving.entry(source).or_default().push_back(Receiving { request, tag, buffer, len: at + len, done: false });
             }
         }
         // Finished sends and receives, found by one test of every request: a test that finds
@@ -481,7 +550,14 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
         // testing them one at a time cost a system call per request and pass.
         requests.clear();
         owners.clear();
-        requests.extend(sending.iter().map(|s| s.request));
+        send_slots.clear();
+        for (i, s) in sending.iter().enumerate() {
+            for (slot, &r) in s.requests.iter().enumerate().filter(|(_, &r)| r != request_null) {
+                requests.push(r);
+                send_slots.push((i, slot));
+            }
+        }
+        let sends = requests.len();
         for (&source, list) in receiving.iter() {
             for (i, r) in list.iter().enumerate().filter(|(_, r)| !r.done) {
                 requests.push(r.request);
@@ -500,12 +576,19 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
             if rc != 0 {
                 mpi_failed("MPI_Testsome", rc);
             }
-            let sends = sending.len();
             finished.clear();
             for &i in &indices[..count.max(0) as usize] {
                 let i = i as usize;
                 match i.checked_sub(sends) {
-                    None => finished.push(i),
+                    None => {
+                        // A send is finished once each of its parts is.
+                        let (at, slot) = send_slots[i];
+                        let s = &mut sending[at];
+                        s.requests[slot] = request_null;
+                        if s.requests.iter().all(|&r| r == request_null) {
+                            finished.push(at);
+                        }
+                    }
                     Some(r) => {
                         let (source, at) = owners[r];
                         if let Some(r) = receiving.get_mut(&source).and_then(|l| l.get_mut(at)) {
@@ -523,7 +606,7 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
                 if done.bulk {
                     if let Some(q) = queues.get_mut(&done.out.dest) {
                         q.bulk_in_flight -= 1;
-                        q.bulk_bytes -= done.out.len;
+                        q.bulk_bytes -= done.out.len + done.out.body_len;
                     }
                 }
                 done.out.release();

@@ -184,6 +184,13 @@ impl NDArray {
         }
     }
 
+    /// The lock over this array's memory and the view's byte range in it: for a transport
+    /// that keeps the bytes read-locked while it sends them in place, past this call (dense
+    /// views only).
+    pub(crate) fn lock_and_range(&self) -> (&parking_lot::RwLock<Payload>, Range<usize>) {
+        (&self.chunk.payload, self.byte_range())
+    }
+
     /// A read guard on the view's bytes, for kernels reading several arrays at once.
     pub fn read_view(&self) -> ReadView<'_> {
         let range = match self.stype {

@@ -16,7 +16,7 @@ use super::liveness::{Owe, What};
 use super::members::{Members, Released};
 use super::round::{advance, sum_order, Folds, Request, Round, SumOrder};
 use super::role::Role;
-use super::transport::Node;
+use super::transport::{Body, Node};
 use super::wire::{self, Msg};
 use super::Controller;
 use crate::backend::GradientCompression;
@@ -726,17 +726,36 @@ impl ServerCore {
     /// push-pull).
     fn answer_chunks(&self, answers: Option<ChunkAnswers>) {
         let Some(ChunkAnswers { value, chunks }) = answers else { return };
-        let esz = value.dtype().size();
+        let (dtype, esz) = (value.dtype(), value.dtype().size());
         let sent = read_now(&value, |bytes| {
             for ((first, count), requests) in &chunks {
                 let chunk = &bytes[first * esz..(first + count) * esz];
+                // One copy of the chunk for all its answers, each sent from it in place (the
+                // value itself is being folded into by the chunks still arriving); where that
+                // cannot be made, a copy per answer.
+                let mut copy: Option<Option<NDArray>> = None;
                 for r in requests {
-                    if r.pull {
-                        let mut msg = wire::reply_part_header(r.req, (first * esz) as u64, chunk.len());
-                        msg.extend_from_slice(chunk);
-                        self.node.send_owned(r.source, msg, false);
+                    let head = if r.pull {
+                        wire::reply_part_header(r.req, (first * esz) as u64, 0)
+                    } else if r.want_value {
+                        wire::reply_header(r.req)
                     } else {
-                        self.reply(r.source, r.req, Ok(if r.want_value { chunk } else { &[] }));
+                        self.reply(r.source, r.req, Ok(&[]));
+                        continue;
+                    };
+                    let copy = copy.get_or_insert_with(|| {
+                        let array = NDArray::zeros(&[*count], STORE_CONTEXT, dtype).ok()?;
+                        array.write_bytes(|d| d.copy_from_slice(chunk));
+                        Some(array)
+                    });
+                    let body = copy.as_ref().and_then(|a| Body::new(a, 0..chunk.len()));
+                    match body {
+                        Some(body) => self.node.send_parts(r.source, head, body, false),
+                        None => {
+                            let mut msg = head;
+                            msg.extend_from_slice(chunk);
+                            self.node.send_owned(r.source, msg, false);
+                        }
                     }
                 }
             }

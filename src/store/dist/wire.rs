@@ -101,8 +101,9 @@ impl Span {
     }
 }
 
-/// A push's header, before its payload: the sender appends the payload itself, so a big part
-/// is copied once into the message.
+/// A push's header, before its payload: the sender appends the payload itself, or sends it
+/// from where it lies as the message's second part (`Transport::send_parts`); `payload`
+/// bytes of room are reserved for the first.
 pub fn push_header(req: u64, key: i32, dtype: i32, flags: u8, span: Span, payload: usize) -> Vec<u8> {
     let mut m = Vec::with_capacity(42 + payload);
     m.push(PUSH);
@@ -116,12 +117,22 @@ pub fn push_header(req: u64, key: i32, dtype: i32, flags: u8, span: Span, payloa
     m
 }
 
-/// A `ReplyPart`'s header, before its payload.
+/// A `ReplyPart`'s header, before its payload (`payload` bytes of room reserved, as in
+/// [`push_header`]).
 pub fn reply_part_header(req: u64, at: u64, payload: usize) -> Vec<u8> {
     let mut m = Vec::with_capacity(17 + payload);
     m.push(REPLY_PART);
     m.extend_from_slice(&req.to_le_bytes());
     m.extend_from_slice(&at.to_le_bytes());
+    m
+}
+
+/// A successful `Reply`'s header, before its value (sent as the message's second part).
+pub fn reply_header(req: u64) -> Vec<u8> {
+    let mut m = Vec::with_capacity(10);
+    m.push(REPLY);
+    m.extend_from_slice(&req.to_le_bytes());
+    m.push(1);
     m
 }
 

@@ -10,7 +10,7 @@ use super::liveness::{Owe, What};
 use super::names::DistMode;
 use super::role::Role;
 use super::shard::{self, Balance, Load, Part, RowPart};
-use super::transport::Node;
+use super::transport::{Body, Node};
 use super::wire::{self, Msg};
 use crate::backend::{GradientCompression, SumOrder};
 use crate::engine::{engine, OpDone};
@@ -408,6 +408,20 @@ impl Worker {
             let kernels = byte_kernels();
             let dtype = values[0].dtype();
             let want_data = flags & wire::PUSH_PULL != 0;
+            // What the pieces are cut from: the one value, or the sum of several (an array of
+            // its own, so that its pieces too can be sent in place).
+            let source = match values.len() {
+                1 => values[0].clone(),
+                _ => match NDArray::zeros(&[values[0].size()], crate::ndarray::Context::cpu(0), dtype) {
+                    Ok(sum) => {
+                        let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
+                        let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
+                        kernels.sum(dtype, order, sum.write_view().bytes_mut(), &srcs, 1);
+                        sum
+                    }
+                    Err(e) => return done.finish(Err(e)),
+                },
+            };
             let pending = Pending::new(pieces.len(), Some(done), want_data.then_some(target));
             {
                 let mut map = pending_map.lock();
@@ -417,45 +431,43 @@ impl Worker {
                     map.insert(next_req + i as u64, Asked::new(&pending, (p.offset + c.at) * esz, servers[p.server], what.clone()));
                 }
             }
-            let send_parts = |merged: &[u8]| {
-                let mut residual = residual.lock();
-                if compression.is_some() && residual.len() != merged.len() / 4 {
-                    *residual = vec![0.0; merged.len() / 4];
+            // Compressed pushes go whole (`chunked` is off), packed into their messages.
+            if let Some(gc) = compression {
+                let send_packed = |merged: &[u8]| {
+                    let mut residual = residual.lock();
+                    if residual.len() != merged.len() / 4 {
+                        *residual = vec![0.0; merged.len() / 4];
+                    }
+                    for (i, c) in pieces.iter().enumerate() {
+                        let p = &parts[c.part];
+                        let span = wire::Span { len: p.len as u64, at: c.at as u64, chunk: c.chunk as u64 };
+                        let (first, end) = (p.offset + c.at, p.offset + c.at + c.len);
+                        let grad: &[f32] = crate::base::buffer::typed(&merged[first * esz..end * esz]);
+                        let mut packed = vec![0u8; gc.packed_bytes(c.len)];
+                        kernels.compress(&gc, grad, &mut residual[first..end], &mut packed);
+                        let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, span, packed.len());
+                        m.extend_from_slice(&packed);
+                        node.send_owned(servers[p.server], m, false);
+                    }
+                };
+                return source.read_bytes(send_packed);
+            }
+            // Each piece goes from the source's own memory (the op holds a pushed value for
+            // reading until every server has answered), without a copy into its message
+            // where the transport can send in place.
+            for (i, c) in pieces.iter().enumerate() {
+                let p = &parts[c.part];
+                let span = wire::Span { len: p.len as u64, at: c.at as u64, chunk: c.chunk as u64 };
+                let (first, end) = (p.offset + c.at, p.offset + c.at + c.len);
+                let head = wire::push_header(next_req + i as u64, key, dtype.code(), flags, span, 0);
+                match Body::new(&source, first * esz..end * esz) {
+                    Some(body) => node.send_parts(servers[p.server], head, body, false),
+                    None => {
+                        let mut m = head;
+                        source.read_bytes(|b| m.extend_from_slice(&b[first * esz..end * esz]));
+                        node.send_owned(servers[p.server], m, false);
+                    }
                 }
-                for (i, c) in pieces.iter().enumerate() {
-                    let p = &parts[c.part];
-                    let span = wire::Span { len: p.len as u64, at: c.at as u64, chunk: c.chunk as u64 };
-                    let (first, end) = (p.offset + c.at, p.offset + c.at + c.len);
-                    let bytes = &merged[first * esz..end * esz];
-                    let msg = match compression {
-                        // Compressed pushes go whole (`chunked` is off).
-                        Some(gc) => {
-                            let grad: &[f32] = crate::base::buffer::typed(bytes);
-                            let mut packed = vec![0u8; gc.packed_bytes(c.len)];
-                            kernels.compress(&gc, grad, &mut residual[first..end], &mut packed);
-                            let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, span, packed.len());
-                            m.extend_from_slice(&packed);
-                            m
-                        }
-                        None => {
-                            let mut m = wire::push_header(next_req + i as u64, key, dtype.code(), flags, span, bytes.len());
-                            m.extend_from_slice(bytes);
-                            m
-                        }
-                    };
-                    node.send_owned(servers[p.server], msg, false);
-                }
-            };
-            // One value is sent straight from its buffer (the op holds it for reading);
-            // several are summed first.
-            if values.len() == 1 {
-                values[0].read_bytes(send_parts);
-            } else {
-                let views: Vec<_> = values.iter().map(|v| v.read_view()).collect();
-                let srcs: Vec<&[u8]> = views.iter().map(|v| v.bytes()).collect();
-                let mut out = vec![0u8; srcs[0].len()];
-                kernels.sum(dtype, order, &mut out, &srcs, 1);
-                send_parts(&out);
             }
         });
     }

@@ -12,10 +12,52 @@ pub use mpi::{abort_if_running as abort_mpi_job_if_running, start as start_mpi};
 
 use super::liveness::{self, Watch, What};
 use super::role::Role;
+use crate::ndarray::{DeviceType, NDArray, Payload, StorageType};
+use std::ops::Range;
 use std::sync::Arc;
 
 /// What a node receives messages with: `(source rank, bytes)`.
 pub type Handler = Arc<dyn Fn(usize, &[u8]) + Send + Sync>;
+
+/// Bytes of a dense host array that a message carries from where they lie: `range` of the
+/// array's bytes. The sender orders the array's writers after the message's answer (an
+/// engine op reading it until then); a transport that sends in place keeps the array
+/// read-locked meanwhile.
+pub struct Body {
+    array: NDArray,
+    range: Range<usize>,
+}
+
+impl Body {
+    /// `range` of `array`'s bytes; `None` where they cannot be sent in place (not a dense
+    /// array in host memory, or out of range).
+    pub fn new(array: &NDArray, range: Range<usize>) -> Option<Body> {
+        let host = array.ctx().dev_type != DeviceType::Gpu;
+        let fits = range.start <= range.end && range.end <= array.size() * array.dtype().size();
+        (host && array.stype() == StorageType::Default && fits).then(|| Body { array: array.clone(), range })
+    }
+
+    /// Runs `f` on the bytes (read-locked meanwhile).
+    pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        self.array.read_bytes(|b| f(&b[self.range.clone()]))
+    }
+
+    /// The array's memory lock and the body's byte range within that memory.
+    pub(crate) fn lock_and_range(&self) -> (&parking_lot::RwLock<Payload>, Range<usize>) {
+        let (lock, view) = self.array.lock_and_range();
+        (lock, view.start + self.range.start..view.start + self.range.end)
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+}
 
 /// One node's connection to its job. Messages from one source arrive in the order they were
 /// sent, on one receiver thread per node, which calls the handler.
@@ -36,6 +78,14 @@ pub trait Transport: Send + Sync {
     fn send_owned(&self, dest: usize, bytes: Vec<u8>, express: bool) {
         let _ = express;
         self.send(dest, &bytes)
+    }
+    /// Sends `head` followed by `body`'s bytes as one message, as [`Transport::send_owned`]
+    /// does, without copying the body where the transport can send it in place. By default,
+    /// one owned message (a copy).
+    fn send_parts(&self, dest: usize, head: Vec<u8>, body: Body, express: bool) {
+        let mut message = head;
+        body.read(|b| message.extend_from_slice(b));
+        self.send_owned(dest, message, express)
     }
     /// Installs (or replaces) what handles this node's incoming messages.
     fn set_handler(&self, handler: Handler);
@@ -124,6 +174,11 @@ impl Node {
     /// See [`Transport::send_owned`].
     pub fn send_owned(&self, dest: usize, bytes: Vec<u8>, express: bool) {
         self.transport.send_owned(dest, bytes, express)
+    }
+
+    /// See [`Transport::send_parts`].
+    pub fn send_parts(&self, dest: usize, head: Vec<u8>, body: Body, express: bool) {
+        self.transport.send_parts(dest, head, body, express)
     }
 
     /// See [`Transport::barrier_all`]; `when` says which one, in the monitor's messages

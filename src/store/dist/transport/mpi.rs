@@ -3,7 +3,7 @@
 //! the plugin: the only `unsafe` of the distributed store. MPI is initialised once per
 //! process, so its node and message handler are process globals (`NODE`, `HANDLER`).
 
-use super::{panic_text, Handler, Node, Transport};
+use super::{panic_text, Body, Handler, Node, Transport};
 use crate::store::dist::role::Role;
 use crate::error::Result;
 use once_cell::sync::Lazy;
@@ -12,7 +12,7 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 /// The plugin ABI version this library speaks.
-const ABI_VERSION: c_int = 3;
+const ABI_VERSION: c_int = 4;
 /// The tag of every store message.
 pub const DATA_TAG: c_int = 1;
 
@@ -26,6 +26,7 @@ struct Plugin {
     init: unsafe extern "C" fn(c_int, *mut c_int, *mut c_int) -> c_int,
     allgather_int: unsafe extern "C" fn(c_int, *mut c_int, usize) -> c_int,
     post: unsafe extern "C" fn(c_int, c_int, *const u8, usize, c_int, ReleaseFn, *mut c_void) -> c_int,
+    post_parts: unsafe extern "C" fn(c_int, c_int, *const u8, usize, *const u8, usize, c_int, ReleaseFn, *mut c_void) -> c_int,
     start_receiver: unsafe extern "C" fn(ReceiveFn, *mut c_void) -> c_int,
     barrier: unsafe extern "C" fn(c_int) -> c_int,
     processor_names: unsafe extern "C" fn(*mut u8, usize, usize) -> c_int,
@@ -107,6 +108,7 @@ fn bind(lib: libloading::Library) -> Result<Plugin> {
         init: sym!(b"kvmpi_init\0"),
         allgather_int: sym!(b"kvmpi_allgather_int\0"),
         post: sym!(b"kvmpi_post\0"),
+        post_parts: sym!(b"kvmpi_post_parts\0"),
         start_receiver: sym!(b"kvmpi_start_receiver\0"),
         barrier: sym!(b"kvmpi_barrier\0"),
         processor_names: sym!(b"kvmpi_processor_names\0"),
@@ -157,6 +159,26 @@ struct MpiTransport {
 extern "C" fn release_owned(ctx: *mut c_void) {
     // SAFETY: `ctx` is the `Box<Vec<u8>>` leaked by `send_owned`, released exactly once.
     drop(unsafe { Box::from_raw(ctx as *mut Vec<u8>) });
+}
+
+/// Smaller bodies are copied into their message: one MPI message costs less than two
+/// (the head and the body) up to about this size.
+const IN_PLACE_MIN: usize = 64 << 10;
+
+/// A two-part message [`MpiTransport::send_parts`] posted: its head, and the array its body
+/// lies in, read-locked until the plugin has sent it.
+struct InPlace {
+    head: Vec<u8>,
+    body: Body,
+}
+
+extern "C" fn release_in_place(ctx: *mut c_void) {
+    // SAFETY: `ctx` is the `Box<InPlace>` leaked by `send_parts`, released exactly once.
+    let sent = unsafe { Box::from_raw(ctx as *mut InPlace) };
+    let (lock, _) = sent.body.lock_and_range();
+    // SAFETY: `send_parts` read-locked this lock and forgot its guard for this message; this
+    // is that lock's one release, after the plugin's last read of the bytes.
+    unsafe { lock.force_unlock_read() };
 }
 
 /// Wakes a [`MpiTransport::send`] waiting for its message to be sent.
@@ -298,6 +320,44 @@ impl Transport for MpiTransport {
         let ctx = Box::into_raw(Box::new(bytes)) as *mut c_void;
         if !self.post(dest, data, len, express, release_owned, ctx) {
             release_owned(ctx);
+            self.abort(1);
+        }
+    }
+
+    /// Returns at once; a body of `IN_PLACE_MIN` bytes or more is sent from the array's
+    /// memory, which stays read-locked (its writers wait) until the plugin has sent it. A
+    /// failure aborts the job.
+    fn send_parts(&self, dest: usize, head: Vec<u8>, body: Body, express: bool) {
+        let message = Box::new(InPlace { head, body });
+        let in_place = (message.body.len() >= IN_PLACE_MIN).then(|| {
+            let (lock, range) = message.body.lock_and_range();
+            let payload = lock.read_recursive();
+            let host = !matches!(payload.data, crate::ndarray::Memory::Device(_));
+            match host.then(|| payload.data.bytes().get(range)).flatten() {
+                Some(bytes) => {
+                    let at = (bytes.as_ptr(), bytes.len());
+                    // Unlocked by `release_in_place` once the plugin has sent the bytes.
+                    std::mem::forget(payload);
+                    Some(at)
+                }
+                None => None,
+            }
+        })
+        .flatten();
+        let Some((body, body_len)) = in_place else {
+            let InPlace { head, body } = *message;
+            let mut copied = head;
+            body.read(|b| copied.extend_from_slice(b));
+            return self.send_owned(dest, copied, express);
+        };
+        let (head, head_len) = (message.head.as_ptr(), message.head.len());
+        let ctx = Box::into_raw(message) as *mut c_void;
+        // SAFETY: the head's bytes live in the leaked box and the body's in an array kept
+        // alive and read-locked by it (no writer can touch them), until `release_in_place`.
+        let rc = unsafe { (self.plugin.post_parts)(dest as c_int, DATA_TAG, head, head_len, body, body_len, express as c_int, release_in_place, ctx) };
+        if rc != 0 {
+            eprintln!("libkvstore: MPI send of {} bytes to rank {dest} failed (code {rc}); aborting the job", head_len + body_len);
+            release_in_place(ctx);
             self.abort(1);
         }
     }
