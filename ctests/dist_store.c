@@ -180,14 +180,13 @@ int main(int argc, char **argv) {
   const uint32_t large = 3000000;
   NDArrayHandle lzero = f32_ramp(large, 0), lval = f32_ramp(large, (float)(rank + 1)), lout = f32_ramp(large, -1);
   CHECK(MXKVStoreInit(kv, 1, &kl, &lzero));
-  CHECK(MXKVStorePush(kv, 1, &kl, &lval, 0));
-  pull1(kv, kl, lout);
-  EXPECT_RAMP(lout, large, sum);
-  int ktwice[2] = {kl, kl};
-  NDArrayHandle ltwice[2] = {lval, lval};
-  CHECK(MXKVStorePush(kv, 2, ktwice, ltwice, 0));
-  pull1(kv, kl, lout);
-  EXPECT_RAMP(lout, large, sum2);
+  int lkeys[2] = {kl, kl};
+  NDArrayHandle lvals[2] = {lval, lval};
+  for (uint32_t copies = 1; copies <= 2; copies++) {
+    CHECK(MXKVStorePush(kv, copies, lkeys, lvals, 0));
+    pull1(kv, kl, lout);
+    EXPECT_RAMP(lout, large, copies == 1 ? sum : sum2);
+  }
   CHECK(MXKVStorePushPull(kv, 1, &kl, 1, &kl, &lval, &lout, 0));
   EXPECT_RAMP(lout, large, sum);
   NDArrayHandle lall[] = {lzero, lval, lout};
