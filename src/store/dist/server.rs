@@ -732,25 +732,23 @@ impl ServerCore {
                 let chunk = &bytes[first * esz..(first + count) * esz];
                 // One copy of the chunk for all its answers, each sent from it in place (the
                 // value itself is being folded into by the chunks still arriving); where that
-                // cannot be made, a copy per answer.
-                let mut copy: Option<Option<NDArray>> = None;
+                // cannot be allocated, a copy per answer.
+                let wanted = requests.iter().any(|r| r.pull || r.want_value);
+                let copy = wanted.then(|| NDArray::zeros(&[*count], STORE_CONTEXT, dtype).ok()).flatten();
+                if let Some(a) = &copy {
+                    a.write_bytes(|d| d.copy_from_slice(chunk));
+                }
                 for r in requests {
                     let head = if r.pull {
                         wire::reply_part_header(r.req, (first * esz) as u64, 0)
                     } else if r.want_value {
-                        wire::reply_header(r.req)
+                        wire::reply_header(r.req, true, 0)
                     } else {
                         self.reply(r.source, r.req, Ok(&[]));
                         continue;
                     };
-                    let copy = copy.get_or_insert_with(|| {
-                        let array = NDArray::zeros(&[*count], STORE_CONTEXT, dtype).ok()?;
-                        array.write_bytes(|d| d.copy_from_slice(chunk));
-                        Some(array)
-                    });
-                    let body = copy.as_ref().and_then(|a| Body::new(a, 0..chunk.len()));
-                    match body {
-                        Some(body) => self.node.send_parts(r.source, head, body, false),
+                    match &copy {
+                        Some(a) => self.node.send_parts(r.source, head, Body::new(a, 0..chunk.len()), false),
                         None => {
                             let mut msg = head;
                             msg.extend_from_slice(chunk);

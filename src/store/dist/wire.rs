@@ -127,12 +127,13 @@ pub fn reply_part_header(req: u64, at: u64, payload: usize) -> Vec<u8> {
     m
 }
 
-/// A successful `Reply`'s header, before its value (sent as the message's second part).
-pub fn reply_header(req: u64) -> Vec<u8> {
-    let mut m = Vec::with_capacity(10);
+/// A `Reply`'s header, before its data (`payload` bytes of room reserved, as in
+/// [`push_header`]).
+pub fn reply_header(req: u64, ok: bool, payload: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(10 + payload);
     m.push(REPLY);
     m.extend_from_slice(&req.to_le_bytes());
-    m.push(1);
+    m.push(ok as u8);
     m
 }
 
@@ -170,10 +171,7 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             m
         }
         Msg::Reply { req, ok, data } => {
-            let mut m = Vec::with_capacity(10 + data.len());
-            m.push(REPLY);
-            m.extend_from_slice(&req.to_le_bytes());
-            m.push(*ok as u8);
+            let mut m = reply_header(*req, *ok, data.len());
             m.extend_from_slice(data);
             m
         }

@@ -460,14 +460,7 @@ impl Worker {
                 let span = wire::Span { len: p.len as u64, at: c.at as u64, chunk: c.chunk as u64 };
                 let (first, end) = (p.offset + c.at, p.offset + c.at + c.len);
                 let head = wire::push_header(next_req + i as u64, key, dtype.code(), flags, span, 0);
-                match Body::new(&source, first * esz..end * esz) {
-                    Some(body) => node.send_parts(servers[p.server], head, body, false),
-                    None => {
-                        let mut m = head;
-                        source.read_bytes(|b| m.extend_from_slice(&b[first * esz..end * esz]));
-                        node.send_owned(servers[p.server], m, false);
-                    }
-                }
+                node.send_parts(servers[p.server], head, Body::new(&source, first * esz..end * esz), false);
             }
         });
     }

@@ -12,34 +12,34 @@ pub use mpi::{abort_if_running as abort_mpi_job_if_running, start as start_mpi};
 
 use super::liveness::{self, Watch, What};
 use super::role::Role;
-use crate::ndarray::{DeviceType, NDArray, Payload, StorageType};
+use crate::ndarray::{NDArray, Payload, StorageType};
 use std::ops::Range;
 use std::sync::Arc;
 
 /// What a node receives messages with: `(source rank, bytes)`.
 pub type Handler = Arc<dyn Fn(usize, &[u8]) + Send + Sync>;
 
-/// Bytes of a dense host array that a message carries from where they lie: `range` of the
-/// array's bytes. The sender orders the array's writers after the message's answer (an
-/// engine op reading it until then); a transport that sends in place keeps the array
-/// read-locked meanwhile.
+/// Bytes of a dense array that a message carries from where they lie: `range` of the array's
+/// bytes. The sender orders the array's writers after the message's answer (an engine op
+/// reading it until then); a transport that sends in place keeps the array read-locked
+/// meanwhile (one that cannot, as for GPU memory, copies).
 pub struct Body {
     array: NDArray,
     range: Range<usize>,
 }
 
 impl Body {
-    /// `range` of `array`'s bytes; `None` where they cannot be sent in place (not a dense
-    /// array in host memory, or out of range).
-    pub fn new(array: &NDArray, range: Range<usize>) -> Option<Body> {
-        let host = array.ctx().dev_type != DeviceType::Gpu;
-        let fits = range.start <= range.end && range.end <= array.size() * array.dtype().size();
-        (host && array.stype() == StorageType::Default && fits).then(|| Body { array: array.clone(), range })
+    /// `range` of dense `array`'s bytes (within them).
+    pub fn new(array: &NDArray, range: Range<usize>) -> Body {
+        debug_assert!(array.stype() == StorageType::Default && range.end <= array.size() * array.dtype().size());
+        Body { array: array.clone(), range }
     }
 
-    /// Runs `f` on the bytes (read-locked meanwhile).
-    pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        self.array.read_bytes(|b| f(&b[self.range.clone()]))
+    /// The message of `head` then a copy of these bytes.
+    pub fn copied_after(&self, head: Vec<u8>) -> Vec<u8> {
+        let mut message = head;
+        self.array.read_bytes(|b| message.extend_from_slice(&b[self.range.clone()]));
+        message
     }
 
     /// The array's memory lock and the body's byte range within that memory.
@@ -83,9 +83,7 @@ pub trait Transport: Send + Sync {
     /// does, without copying the body where the transport can send it in place. By default,
     /// one owned message (a copy).
     fn send_parts(&self, dest: usize, head: Vec<u8>, body: Body, express: bool) {
-        let mut message = head;
-        body.read(|b| message.extend_from_slice(b));
-        self.send_owned(dest, message, express)
+        self.send_owned(dest, body.copied_after(head), express)
     }
     /// Installs (or replaces) what handles this node's incoming messages.
     fn set_handler(&self, handler: Handler);

@@ -346,9 +346,7 @@ impl Transport for MpiTransport {
         .flatten();
         let Some((body, body_len)) = in_place else {
             let InPlace { head, body } = *message;
-            let mut copied = head;
-            body.read(|b| copied.extend_from_slice(b));
-            return self.send_owned(dest, copied, express);
+            return self.send_owned(dest, body.copied_after(head), express);
         };
         let (head, head_len) = (message.head.as_ptr(), message.head.len());
         let ctx = Box::into_raw(message) as *mut c_void;
