@@ -47,9 +47,10 @@ macro_rules! bail {
 /// Returns early with an [`Error`] unless the condition holds.
 #[macro_export]
 macro_rules! ensure {
-    ($cond:expr, $($arg:tt)*) => {
-        if !$cond {
+    ($cond:expr, $($arg:tt)*) => {{
+        let holds: bool = $cond;
+        if !holds {
             $crate::bail!($($arg)*);
         }
-    };
+    }};
 }

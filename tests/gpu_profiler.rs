@@ -208,7 +208,7 @@ fn gpu_copies_and_kernels_appear_per_stream_with_bytes_timed_by_events_and_only_
     // The big key's sum: in its GPU's fused launch (with the small key, if on the same GPU),
     // or by a launch of its own writing the outputs of a pull that joined it.
     let big_fused = gpu.iter().any(|s| family(&s.name) == "kernel fused_sum" && [big, small + big].contains(&s.int("bytes")));
-    assert!(big_fused || names.iter().any(|k| *k == "kernel sum_out_float32"), "no big sum: {names:?}");
+    assert!(big_fused || names.contains(&"kernel sum_out_float32"), "no big sum: {names:?}");
     for s in gpu.iter().filter(|s| s.name.starts_with("kernel ")) {
         let (bytes, elements) = (s.int("bytes"), s.int("elements"));
         match family(&s.name).as_str() {

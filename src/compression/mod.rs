@@ -127,7 +127,7 @@ mod tests {
         let err = GradientCompression::from_params(&params(&[("type", "3bit"), ("threshold", "-1")])).unwrap_err();
         assert!(err.message().contains("threshold must be greater than 0"), "threshold is checked first: {err}");
         assert!(GradientCompression::from_params(&params(&[("type", "3bit")])).unwrap_err().message().contains("Unknown type"));
-        assert_eq!(GradientCompression::from_params(&params(&[("type", "1bit"), ("threshold", "0")])).is_err(), true);
+        assert!(GradientCompression::from_params(&params(&[("type", "1bit"), ("threshold", "0")])).is_err());
         assert_eq!(GradientCompression::from_params(&params(&[("type", "2bit")])).unwrap().packed_bytes(17), 8);
     }
 
@@ -148,7 +148,7 @@ mod tests {
         let gc = GradientCompression { kind: CompressionType::TwoBit, threshold: 0.5 };
         let grads: Vec<f32> = (0..37).map(|i| ((i * 37 % 23) as f32 - 11.0) / 10.0).collect();
         let mut residual = vec![0f32; 37];
-        let mut sent = vec![0f32; 37];
+        let mut sent = [0f32; 37];
         for _ in 0..5 {
             let mut packed = vec![0u8; gc.packed_bytes(37)];
             gc.quantize(&grads, &mut residual, &mut packed);

@@ -1230,11 +1230,14 @@ mod tests {
         assert!(thread_of(&host) != completer, "a host op ran on the completing thread");
     }
 
+    /// A pushed host op: its read and write tokens, and how it starts.
+    pub(super) type PushedOp = (Vec<usize>, Vec<usize>, HostStart);
+
     /// A host engine that keeps what is pushed for the test to start, or to skip.
     #[derive(Default)]
     pub(super) struct RecordingHost {
         tokens: AtomicUsize,
-        pub(super) pushed: Mutex<Vec<(Vec<usize>, Vec<usize>, HostStart)>>,
+        pub(super) pushed: Mutex<Vec<PushedOp>>,
         pub(super) completions: Arc<Mutex<Vec<Option<String>>>>,
     }
 

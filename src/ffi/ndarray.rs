@@ -307,7 +307,7 @@ fn reshape_dims(input: &[usize], dims: &[c_int]) -> Result<Vec<usize>> {
     if let Some(i) = infer {
         let known: usize = shape.iter().product();
         let total: usize = input.iter().product();
-        crate::ensure!(known > 0 && total % known == 0, "cannot infer dim {i}: {total} elements do not divide by {known}");
+        crate::ensure!(known > 0 && total.is_multiple_of(known), "cannot infer dim {i}: {total} elements do not divide by {known}");
         shape[i] = total / known;
     }
     Ok(shape)

@@ -98,7 +98,9 @@ mod tests {
 
     /// An event fired by the test: (fired, outcome).
     #[derive(Clone, Default)]
-    struct TestEvent(Arc<(Mutex<Option<Result<(), String>>>, Condvar)>);
+    struct TestEvent(Arc<(Mutex<Option<Outcome>>, Condvar)>);
+
+    type Outcome = Result<(), String>;
 
     impl TestEvent {
         fn fire(&self, outcome: Result<(), String>) {

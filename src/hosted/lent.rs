@@ -285,7 +285,7 @@ impl<'a> Lending<'a> {
             return Ok(None);
         }
         let ptr = host.data_ptr(array)?;
-        if ptr.is_null() || (ptr as usize) % d.dtype.size() != 0 {
+        if ptr.is_null() || !(ptr as usize).is_multiple_of(d.dtype.size()) {
             return Ok(None);
         }
         let reusable = matches!(&entry.holds, Holds::Native { ptr: p, dtype, shape, .. } if *p == ptr as usize && *dtype == d.dtype && *shape == d.shape);

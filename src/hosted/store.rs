@@ -109,7 +109,10 @@ pub(super) struct HostedStore {
 /// of it), so the updater's host ops on it are ordered with the store's ops directly, with no
 /// turn. Each holds its native array, so the memory (the key here) is not reused while kept.
 #[derive(Default)]
-struct Views(Mutex<HashMap<(usize, usize, DType, Vec<usize>), (HostArray, NDArray)>>);
+struct Views(Mutex<HashMap<ViewKey, (HostArray, NDArray)>>);
+
+/// A kept view's native array: its data pointer, byte length, dtype and shape.
+type ViewKey = (usize, usize, DType, Vec<usize>);
 
 impl Views {
     /// More than this many kept (arrays the store has since replaced), all are let go.

@@ -105,10 +105,10 @@ mod tests {
         // a += ones, in place (out=a): reads and writes the same array.
         invoke(lookup("broadcast_add").unwrap(), &[a.clone(), ones[0].clone()], &[], &[], Some(&[Some(a.clone())])).unwrap();
         assert_eq!(read(&a), vec![2., 3., 4., 5.]);
-        let times = invoke(lookup("_mul_scalar").unwrap(), &[a.clone()], &["scalar"], &["2"], None).unwrap();
+        let times = invoke(lookup("_mul_scalar").unwrap(), std::slice::from_ref(&a), &["scalar"], &["2"], None).unwrap();
         assert_eq!(read(&times[0]), vec![4., 6., 8., 10.]);
         let wrong = f32_array(&[0.; 3], &[3]);
-        assert!(invoke(lookup("_copyto").unwrap(), &[a.clone()], &[], &[], Some(&[Some(wrong)])).is_err());
+        assert!(invoke(lookup("_copyto").unwrap(), std::slice::from_ref(&a), &[], &[], Some(&[Some(wrong)])).is_err());
         let err = invoke(lookup("sgd_update").unwrap(), &[], &[], &[], None).unwrap_err();
         assert_eq!(err.message(), "not supported by libkvstore: sgd_update");
     }
@@ -127,7 +127,7 @@ mod tests {
         invoke(lookup("_slice_assign").unwrap(), &[a.clone(), row0], &keys, &["(2,)", "(3,)", "(None,)"], Some(&[Some(a.clone())])).unwrap();
         assert_eq!(read(&a), vec![1., 2., 7., 8., 1., 2.]);
         // a[::2, 1] = 9 through the scalar op.
-        invoke(lookup("_slice_assign_scalar").unwrap(), &[a.clone()], &["begin", "end", "step", "scalar"], &["(None, 1)", "(None, 2)", "(2, None)", "9"], Some(&[Some(a.clone())])).unwrap();
+        invoke(lookup("_slice_assign_scalar").unwrap(), std::slice::from_ref(&a), &["begin", "end", "step", "scalar"], &["(None, 1)", "(None, 2)", "(2, None)", "9"], Some(&[Some(a.clone())])).unwrap();
         assert_eq!(read(&a), vec![1., 9., 7., 8., 1., 9.]);
         // A value of the wrong shape is refused before anything is written.
         let wrong = f32_array(&[0., 0., 0.], &[1, 3]);
@@ -136,7 +136,7 @@ mod tests {
         assert_eq!(read(&a), vec![1., 9., 7., 8., 1., 9.]);
         // Into another array: the input is left as it was.
         let b = f32_array(&[0.; 6], &[3, 2]);
-        invoke(lookup("_slice_assign_scalar").unwrap(), &[a.clone()], &["begin", "end", "scalar"], &["(0,)", "(1,)", "5"], Some(&[Some(b.clone())])).unwrap();
+        invoke(lookup("_slice_assign_scalar").unwrap(), std::slice::from_ref(&a), &["begin", "end", "scalar"], &["(0,)", "(1,)", "5"], Some(&[Some(b.clone())])).unwrap();
         assert_eq!((read(&a), read(&b)), (vec![1., 9., 7., 8., 1., 9.], vec![5., 5., 7., 8., 1., 9.]));
     }
 

@@ -34,7 +34,7 @@ pub(crate) fn stream_copy_unfenced(dst: &mut [u8], src: &[u8]) {
         dst[..head].copy_from_slice(&src[..head]);
         let (mut dst, mut src) = (&mut dst[head..], &src[head..]);
         if super::simd::has_avx2() {
-            if dst.as_ptr() as usize % 32 != 0 && dst.len() >= 16 {
+            if !(dst.as_ptr() as usize).is_multiple_of(32) && dst.len() >= 16 {
                 stream_16(&mut dst[..16], &src[..16]);
                 (dst, src) = (&mut dst[16..], &src[16..]);
             }
@@ -59,7 +59,7 @@ pub(crate) fn stream_copy_unfenced(dst: &mut [u8], src: &[u8]) {
 #[cfg(target_arch = "x86_64")]
 fn stream_16(dst: &mut [u8], src: &[u8]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-    if dst.len() != src.len() || dst.len() % 16 != 0 || dst.as_ptr() as usize % 16 != 0 {
+    if dst.len() != src.len() || !dst.len().is_multiple_of(16) || !(dst.as_ptr() as usize).is_multiple_of(16) {
         let n = dst.len().min(src.len());
         dst[..n].copy_from_slice(&src[..n]);
         return;
@@ -81,7 +81,7 @@ fn stream_16(dst: &mut [u8], src: &[u8]) {
 #[target_feature(enable = "avx2")]
 unsafe fn stream_64_avx2(dst: &mut [u8], src: &[u8]) {
     use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256};
-    debug_assert!(dst.len() == src.len() && dst.len() % 64 == 0 && dst.as_ptr() as usize % 32 == 0);
+    debug_assert!(dst.len() == src.len() && dst.len().is_multiple_of(64) && (dst.as_ptr() as usize).is_multiple_of(32));
     for (d, s) in dst.chunks_exact_mut(64).zip(src.chunks_exact(64)) {
         let (d, s) = (d.as_mut_ptr() as *mut __m256i, s.as_ptr() as *const __m256i);
         // SAFETY: AVX2 is enabled for this function. Each chunk holds 64 bytes, so both
@@ -214,8 +214,8 @@ impl F32Vector for std::arch::x86_64::__m256 {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn stream_sum_lanes<V: F32Vector>(order: super::SumOrder, dst: &mut [f32], outs: &mut [&mut [f32]], srcs: &[&[f32]], offset: usize) {
-    debug_assert!(dst.len() % V::LANES == 0 && dst.as_ptr() as usize % (4 * V::LANES) == 0);
-    debug_assert!(outs.iter().all(|o| o.len() == dst.len() && o.as_ptr() as usize % (4 * V::LANES) == 0));
+    debug_assert!(dst.len().is_multiple_of(V::LANES) && (dst.as_ptr() as usize).is_multiple_of(4 * V::LANES));
+    debug_assert!(outs.iter().all(|o| o.len() == dst.len() && (o.as_ptr() as usize).is_multiple_of(4 * V::LANES)));
     let k = srcs.len();
     let src: Vec<&[f32]> = srcs.iter().map(|s| &s[offset..offset + dst.len()]).collect();
     let cpu_comm = order == super::SumOrder::CpuComm;
@@ -291,7 +291,7 @@ mod tests {
         if !crate::reduce::simd::has_avx2() {
             return;
         }
-        let make = |seed: u32| -> Vec<f32> { (0..1030u32).map(|i| ((i * 2654435761u32 ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
+        let make = |seed: u32| -> Vec<f32> { (0..1030u32).map(|i| (((i * 2654435761u32) ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
         let srcs: Vec<Vec<f32>> = (0..4).map(make).collect();
         let (mut sse, mut avx) = (Buffer::zeroed(1024 * 4).unwrap(), Buffer::zeroed(1024 * 4).unwrap());
         for order in [SumOrder::CpuComm, SumOrder::Serial] {
@@ -309,7 +309,7 @@ mod tests {
     fn streamed_f32_sums_match_the_serial_kernel_bit_for_bit() {
         use crate::reduce::SumOrder;
         // Values whose sums round differently by association.
-        let make = |seed: u32| -> Vec<f32> { (0..1037u32).map(|i| ((i * 2654435761u32 ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
+        let make = |seed: u32| -> Vec<f32> { (0..1037u32).map(|i| (((i * 2654435761u32) ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
         let srcs: Vec<Vec<f32>> = (0..4).map(make).collect();
         for order in [SumOrder::CpuComm, SumOrder::Serial] {
             for k in 2..=4 {
@@ -333,7 +333,7 @@ mod tests {
     #[test]
     fn sums_streamed_to_outputs_too_equal_the_sum_at_every_offset() {
         use crate::reduce::SumOrder;
-        let make = |seed: u32| -> Vec<f32> { (0..1037u32).map(|i| ((i * 2654435761u32 ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
+        let make = |seed: u32| -> Vec<f32> { (0..1037u32).map(|i| (((i * 2654435761u32) ^ seed) % 10007) as f32 * 1.0e-3 + 1.0e4 * (i % 3) as f32).collect() };
         let srcs: Vec<Vec<f32>> = (0..4).map(make).collect();
         let views: Vec<&[f32]> = srcs.iter().map(|v| &v[..]).collect();
         for offset in 0..9 {

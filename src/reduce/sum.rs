@@ -89,7 +89,7 @@ pub fn add_into(dtype: DType, dst: &mut [u8], src: &[u8]) {
     // u64 blocks: aligned for every element type.
     let mut before = [0u64; ADD_BLOCK_BYTES / 8];
     let mut aligned = [0u64; ADD_BLOCK_BYTES / 8];
-    let src_aligned = src.as_ptr() as usize % dtype.size() == 0;
+    let src_aligned = (src.as_ptr() as usize).is_multiple_of(dtype.size());
     for (out, add) in dst.chunks_mut(ADD_BLOCK_BYTES).zip(src.chunks(ADD_BLOCK_BYTES)) {
         let before = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut before)[..out.len()];
         before.copy_from_slice(out);

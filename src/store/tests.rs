@@ -18,7 +18,7 @@ fn read(a: &NDArray) -> Vec<f32> {
 
 fn pull_one(kv: &KVStore, key: i32, n: usize) -> Vec<f32> {
     let out = filled(-1.0, n, 0);
-    kv.pull(Keys::Int(&[key]), &[out.clone()], 0, true).unwrap();
+    kv.pull(Keys::Int(&[key]), std::slice::from_ref(&out), 0, true).unwrap();
     read(&out)
 }
 
@@ -26,7 +26,7 @@ fn pull_one(kv: &KVStore, key: i32, n: usize) -> Vec<f32> {
 fn init_deep_copies_and_push_sums_then_assigns() {
     let kv = KVStore::new("local").unwrap();
     let v = filled(2.0, 3, 0);
-    kv.init(Keys::Int(&[3]), &[v.clone()]).unwrap();
+    kv.init(Keys::Int(&[3]), std::slice::from_ref(&v)).unwrap();
     v.copy_from_host(bytemuck::cast_slice(&[9f32; 3])).unwrap();
     assert_eq!(pull_one(&kv, 3, 3), vec![2.0; 3]);
     let vals: Vec<NDArray> = (0..4).map(|d| filled(1.0, 3, d)).collect();
@@ -34,7 +34,7 @@ fn init_deep_copies_and_push_sums_then_assigns() {
     assert_eq!(pull_one(&kv, 3, 3), vec![4.0; 3]);
     // Assignment copies: changing the pushed array later does not change the store.
     let single = filled(8.0, 3, 0);
-    kv.push(Keys::Int(&[3]), &[single.clone()], 0).unwrap();
+    kv.push(Keys::Int(&[3]), std::slice::from_ref(&single), 0).unwrap();
     single.copy_from_host(bytemuck::cast_slice(&[0f32; 3])).unwrap();
     assert_eq!(pull_one(&kv, 3, 3), vec![8.0; 3]);
 }
@@ -158,7 +158,7 @@ fn a_pull_behind_its_push_is_written_by_the_sum_with_the_same_values() {
         assert_eq!(pull_one(&kv, 4, n), vec![2.5; n], "{store}: the stored value");
         // Once the sum has run, a pull copies.
         let late = filled(0.0, n, 1);
-        kv.pull(Keys::Int(&[4]), &[late.clone()], 0, true).unwrap();
+        kv.pull(Keys::Int(&[4]), std::slice::from_ref(&late), 0, true).unwrap();
         assert_eq!(read(&late), vec![2.5; n]);
     }
 }
@@ -291,18 +291,18 @@ fn row_sparse_pushes_take_the_union_of_rows_and_change_the_key_type() {
     kv.init(Keys::Int(&[1]), &[NDArray::zeros(&[5, 2], Context::cpu(0), DType::Float32).unwrap()]).unwrap();
     kv.push(Keys::Int(&[1, 1]), &[row_sparse(5, &[0, 3], 1.0), row_sparse(5, &[3, 4], 2.0)], 0).unwrap();
     let dense = NDArray::zeros(&[5, 2], Context::cpu(0), DType::Float32).unwrap();
-    kv.pull(Keys::Int(&[1]), &[dense.clone()], 0, true).unwrap();
+    kv.pull(Keys::Int(&[1]), std::slice::from_ref(&dense), 0, true).unwrap();
     assert_eq!(read(&dense), vec![1., 1., 0., 0., 0., 0., 3., 3., 2., 2.]);
     let out = NDArray::empty_row_sparse(&[5, 2], Context::cpu(0), DType::Float32).unwrap();
     let rid = NDArray::zeros(&[3], Context::cpu(0), DType::Float64).unwrap();
     rid.copy_from_host(bytemuck::cast_slice(&[4.0f64, 1.0, 4.0])).unwrap();
-    kv.pull_row_sparse(Keys::Int(&[1]), &[out.clone()], &[rid.clone()], 0).unwrap();
+    kv.pull_row_sparse(Keys::Int(&[1]), std::slice::from_ref(&out), std::slice::from_ref(&rid), 0).unwrap();
     out.wait_to_read().unwrap();
     let rows = out.rows_now().unwrap();
     assert_eq!(rows.ids, vec![1, 4]);
     assert_eq!(bytemuck::cast_slice::<u8, f32>(&rows.data), &[0., 0., 2., 2.]);
     // A dense push turns the key dense again; row_sparse_pull of a dense key is refused.
-    kv.push(Keys::Int(&[1]), &[dense.clone()], 0).unwrap();
+    kv.push(Keys::Int(&[1]), std::slice::from_ref(&dense), 0).unwrap();
     let err = kv.pull_row_sparse(Keys::Int(&[1]), &[out], &[rid], 0).unwrap_err();
     assert!(err.message().contains("PullRowSparse expects row_sparse src"), "{err}");
 }
@@ -355,7 +355,7 @@ fn nccl_refuses_sparse_arrays_compression_and_host_sums_and_changes_nothing() {
     kv.init(Keys::Int(&[1]), &[f32_matrix(5, 1.0)]).unwrap();
     let pull = |key: i32| {
         let out = f32_matrix(5, -1.0);
-        kv.pull(Keys::Int(&[key]), &[out.clone()], 0, true).unwrap();
+        kv.pull(Keys::Int(&[key]), std::slice::from_ref(&out), 0, true).unwrap();
         read(&out)
     };
     // Init: a row_sparse value refused, and the call's other (valid) key not initialised.
@@ -392,14 +392,14 @@ fn nccl_refuses_sparse_arrays_compression_and_host_sums_and_changes_nothing() {
     kv.push(Keys::Int(&[1]), &[f32_matrix(5, 0.3)], 0).unwrap();
     assert_eq!(pull(1), vec![0.3; 10]);
     let out = f32_matrix(5, 0.0);
-    kv.push_pull(Keys::Int(&[1]), &[f32_matrix(5, 0.25)], Keys::Int(&[1]), &[out.clone()], 0).unwrap();
+    kv.push_pull(Keys::Int(&[1]), &[f32_matrix(5, 0.25)], Keys::Int(&[1]), std::slice::from_ref(&out), 0).unwrap();
     assert_eq!(read(&out), vec![0.25; 10]);
     let (a, b) = (f32_matrix(5, 0.0), f32_matrix(5, 0.0));
     kv.broadcast(Keys::Int(&[5]), &[f32_matrix(5, 7.0)], Keys::Int(&[5, 5]), &[a.clone(), b.clone()], 0).unwrap();
     assert_eq!((read(&a), read(&b)), (vec![7.0; 10], vec![7.0; 10]));
     let i8 = NDArray::zeros(&[3], Context::cpu(0), DType::Int8).unwrap();
-    kv.init(Keys::Int(&[6]), &[i8.clone()]).unwrap();
-    kv.push(Keys::Int(&[6]), &[i8.clone()], 0).unwrap();
+    kv.init(Keys::Int(&[6]), std::slice::from_ref(&i8)).unwrap();
+    kv.push(Keys::Int(&[6]), std::slice::from_ref(&i8), 0).unwrap();
     let m = message(kv.push(Keys::Int(&[6, 6]), &[i8.clone(), i8], 0));
     assert!(m.contains("on GPUs only"), "{m}");
 }
@@ -471,14 +471,14 @@ fn distributed_calls_are_checked_by_the_planner_and_refused_ones_reach_no_server
     let rid = NDArray::zeros(&[1], Context::cpu(0), DType::Int64).unwrap();
     let rsp_out = || NDArray::empty_row_sparse(&[5, 2], Context::cpu(0), DType::Float32).unwrap();
     refused(kv.pull_row_sparse(Keys::Int(&[2, 2]), &[rsp_out(), rsp_out()], &[rid.clone(), rid.clone()], 0), "appears twice");
-    refused(kv.pull_row_sparse(Keys::Int(&[1]), &[rsp_out()], &[rid.clone()], 0), "PullRowSparse expects row_sparse src");
+    refused(kv.pull_row_sparse(Keys::Int(&[1]), &[rsp_out()], std::slice::from_ref(&rid), 0), "PullRowSparse expects row_sparse src");
     refused(kv.push(Keys::Str(&["a"]), &[dense()], 0), "Mixed key types");
     assert_eq!(*log.lock(), vec!["init [1, 2]"], "a refused call reached the servers");
     // Accepted calls reach them: one job per key, values grouped in ascending key order.
     kv.push(Keys::Int(&[2, 1, 1]), &[row_sparse(5, &[3], 1.0), dense(), dense()], 0).unwrap();
     kv.pull(Keys::Int(&[1, 1]), &[dense(), dense()], 0, true).unwrap();
     kv.push_pull(Keys::Int(&[1]), &[dense()], Keys::Int(&[1]), &[dense()], 0).unwrap();
-    kv.pull_row_sparse(Keys::Int(&[2]), &[rsp_out()], &[rid.clone()], 0).unwrap();
+    kv.pull_row_sparse(Keys::Int(&[2]), &[rsp_out()], std::slice::from_ref(&rid), 0).unwrap();
     kv.set_gradient_compression(&[("type".into(), "2bit".into())]).unwrap();
     refused(kv.push_pull(Keys::Int(&[1]), &[dense()], Keys::Int(&[1]), &[dense()], 0), "Compression not supported with PushPull");
     refused(kv.push(Keys::Int(&[2]), &[row_sparse(5, &[3], 1.0)], 0), "gradient compression does not support row_sparse values");

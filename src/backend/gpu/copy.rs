@@ -192,7 +192,7 @@ fn fusable_copy(src: &NDArray, dst: &NDArray) -> Option<(i32, SmallKey)> {
         .into_iter()
         .find(|t| {
             let width = t.size() as u64;
-            bytes % width == 0 && from.addr % width == 0 && to.addr % width == 0
+            bytes.is_multiple_of(width) && from.addr % width == 0 && to.addr % width == 0
         })
         .unwrap_or(DType::Uint8);
     let n = bytes / dtype.size() as u64;

@@ -80,7 +80,7 @@ impl PartRound {
         );
         let index = at / chunk;
         crate::ensure!(
-            at % chunk == 0 && index < self.chunks.len() && n == self.span(index).1,
+            at.is_multiple_of(chunk) && index < self.chunks.len() && n == self.span(index).1,
             "a push of {n} elements at element {at} is not a chunk of {chunk} elements of a {}-element part",
             self.len
         );

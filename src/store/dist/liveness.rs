@@ -38,7 +38,7 @@ static TIMEOUT: Lazy<std::result::Result<Option<Duration>, String>> = Lazy::new(
 /// `KVSTORE_DIST_TIMEOUT`'s value: seconds (fractions allowed), 0 for none.
 fn parse_timeout(v: &str) -> std::result::Result<Option<Duration>, String> {
     match v.trim().parse::<f64>() {
-        Ok(s) if s == 0.0 => Ok(None),
+        Ok(0.0) => Ok(None),
         Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
         _ => Err(format!("KVSTORE_DIST_TIMEOUT={v:?}: expected seconds (e.g. 60 or 2.5), or 0 to never time out")),
     }

@@ -610,7 +610,7 @@ impl ServerCore {
         } else {
             let n = data.len() / dtype.size();
             crate::ensure!(
-                data.len() % dtype.size() == 0 && at.checked_add(n).is_some_and(|end| end <= len) && (span.chunk != 0 || (at == 0 && n == len)),
+                data.len().is_multiple_of(dtype.size()) && at.checked_add(n).is_some_and(|end| end <= len) && (span.chunk != 0 || (at == 0 && n == len)),
                 "push of {} bytes at element {at} for {len} {} values",
                 data.len(),
                 dtype.name()
@@ -624,7 +624,7 @@ impl ServerCore {
             }
         };
         crate::ensure!(!state.rsp.contains_key(&key), "key {key} holds a row_sparse value on this server");
-        if !state.entries.contains_key(&key) {
+        if let std::collections::hash_map::Entry::Vacant(e) = state.entries.entry(key) {
             // The first push of a key is its init.
             crate::ensure!(span.chunk == 0, "key {key}: an init push is sent whole, not in chunks");
             let stored = NDArray::zeros(&[len], STORE_CONTEXT, work_dtype)?;
@@ -637,7 +637,7 @@ impl ServerCore {
                 None
             };
             let round = PartRound::new(self.num_workers, self.order, len);
-            state.entries.insert(key, Entry { dtype, stored, stored_dtype, merged: None, round });
+            e.insert(Entry { dtype, stored, stored_dtype, merged: None, round });
             drop(state);
             self.reply(source, req, Ok(&[]));
             return Ok(());
@@ -904,10 +904,16 @@ impl Entry {
         let work = self.stored.dtype();
         let at = self.round.span(index).0 * work.size();
         let merged = self.merged()?;
-        write_now(&merged, |d| match d.get_mut(at..at + value.len()) {
-            Some(dst) if first => Ok(dst.copy_from_slice(value)),
-            Some(dst) => Ok(byte_kernels().add(work, dst, value)),
-            None => Err(crate::Error::new(format!("a chunk of {} bytes at byte {at} of a {}-byte part", value.len(), d.len()))),
+        write_now(&merged, |d| {
+            let Some(dst) = d.get_mut(at..at + value.len()) else {
+                return Err(crate::Error::new(format!("a chunk of {} bytes at byte {at} of a {}-byte part", value.len(), d.len())));
+            };
+            if first {
+                dst.copy_from_slice(value)
+            } else {
+                byte_kernels().add(work, dst, value)
+            }
+            Ok(())
         })?
     }
 

@@ -77,7 +77,10 @@ fn run_node(rank: usize, node: Arc<Node>, mode: DistMode, server: &ServerSetup, 
                 assert!(registered.is_none(), "a loopback worker was registered for the process exit hook");
                 // Reported before the store is dropped: a failed worker's exit may wait for
                 // peers that wait for it.
-                catch(|| Ok(worker(&store)))?;
+                catch(|| {
+                    worker(&store);
+                    Ok(())
+                })?;
                 drop(store);
             }
             Role::Server => {

@@ -22,7 +22,7 @@ fn pull_rows(store: &KVStore, key: i32, want: &[i64]) -> (Vec<i64>, Vec<f32>) {
     let out = NDArray::empty_row_sparse(&[ROWS, 2], Context::cpu(0), DType::Float32).unwrap();
     let ids = NDArray::zeros(&[want.len()], Context::cpu(0), DType::Int64).unwrap();
     ids.copy_from_host(bytemuck::cast_slice(want)).unwrap();
-    store.pull_row_sparse(Keys::Int(&[key]), &[out.clone()], &[ids], 0).unwrap();
+    store.pull_row_sparse(Keys::Int(&[key]), std::slice::from_ref(&out), &[ids], 0).unwrap();
     out.wait_to_read().unwrap();
     let rows = out.rows_now().unwrap();
     (rows.ids, bytemuck::pod_collect_to_vec(&rows.data))
