@@ -27,6 +27,20 @@ impl Buffer {
         Ok(Buffer { lines, len })
     }
 
+    /// A buffer holding a copy of `bytes`, written once (no zeroing pass before the copy).
+    pub fn copied(bytes: &[u8]) -> Result<Buffer> {
+        let mut lines = try_with_capacity::<Line>(bytes.len().div_ceil(64))?;
+        let mut whole = bytes.chunks_exact(64);
+        lines.extend(whole.by_ref().map(|c| Line(c.try_into().expect("chunks_exact gives 64 bytes"))));
+        let rest = whole.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 64];
+            last[..rest.len()].copy_from_slice(rest);
+            lines.push(Line(last));
+        }
+        Ok(Buffer { lines, len: bytes.len() })
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -104,5 +118,18 @@ mod tests {
         let mut f = Buffer::zeroed(16).unwrap();
         typed_mut::<f64>(f.bytes_mut())[1] = 2.5;
         assert_eq!(typed::<f64>(f.bytes()), &[0.0, 2.5]);
+    }
+
+    #[test]
+    fn copied_buffers_hold_exactly_the_bytes_on_a_line() {
+        for len in [0, 1, 63, 64, 65, 128, 1000] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let mut b = Buffer::copied(&bytes).unwrap();
+            assert_eq!(b.len(), len);
+            assert_eq!(b.bytes(), &bytes[..], "{len} bytes");
+            if len > 0 {
+                assert_eq!(b.as_mut_ptr() as usize % 64, 0);
+            }
+        }
     }
 }

@@ -333,6 +333,13 @@ impl NDArray {
     /// A new dense array on `ctx` holding `bytes` (uploaded, for a GPU context). No op may
     /// know the array yet: it is written directly.
     pub fn with_bytes(shape: &[usize], ctx: Context, dtype: DType, bytes: &[u8]) -> Result<NDArray> {
+        let expected = checked_size(shape)? * dtype.size();
+        crate::ensure!(bytes.len() == expected, "{} bytes for an array of {expected} bytes (internal error)", bytes.len());
+        if ctx.dev_type != DeviceType::Gpu && !(ctx.dev_type == DeviceType::CpuPinned && crate::gpu::pinned_memory_available()) {
+            // Ordinary host memory: written once, by the copy.
+            let payload = Payload { data: Memory::Host(crate::base::buffer::Buffer::copied(bytes)?), storage_shape: shape.to_vec(), aux: Vec::new() };
+            return Ok(NDArray::from_payload(payload, shape, ctx, dtype, StorageType::Default));
+        }
         let out = NDArray::zeros(shape, ctx, dtype)?;
         match out.device_ptr() {
             Some(dst) => crate::gpu::transfer::upload(dst, bytes).map_err(crate::Error::new)?,

@@ -734,10 +734,7 @@ impl ServerCore {
                 // value itself is being folded into by the chunks still arriving); where that
                 // cannot be allocated, a copy per answer.
                 let wanted = requests.iter().any(|r| r.pull || r.want_value);
-                let copy = wanted.then(|| NDArray::zeros(&[*count], STORE_CONTEXT, dtype).ok()).flatten();
-                if let Some(a) = &copy {
-                    a.write_bytes(|d| d.copy_from_slice(chunk));
-                }
+                let copy = wanted.then(|| NDArray::with_bytes(&[*count], STORE_CONTEXT, dtype, chunk).ok()).flatten();
                 for r in requests {
                     let head = if r.pull {
                         wire::reply_part_header(r.req, (first * esz) as u64, 0)
