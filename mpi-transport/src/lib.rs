@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use std::thread::JoinHandle;
 
 /// The version of this C ABI; libkvstore refuses a plugin of another version.
-pub const KVMPI_ABI_VERSION: c_int = 4;
+pub const KVMPI_ABI_VERSION: c_int = 5;
 
 /// The tag of the message a process sends itself to stop its receiver thread.
 const STOP_TAG: i32 = 32000;
@@ -37,6 +37,9 @@ const STOP_TAG: i32 = 32000;
 /// A message posted in two parts (`kvmpi_post_parts`) travels as two MPI messages: its head
 /// with the tag plus this, then its body with the tag. Callers' tags stay below it.
 const HEAD_TAG_OFFSET: c_int = 8192;
+/// Added to the tag of a two-part message whose body was received where the placement
+/// callback asked (see [`kvmpi_start_receiver`]): its delivery carries the head alone.
+pub const PLACED_TAG_OFFSET: c_int = 16384;
 
 /// The communicators, shared by every thread of the process.
 struct Comms {
@@ -72,6 +75,13 @@ static THREADS: Mutex<Threads> = Mutex::new(Threads { finalize: None, owner: Non
 /// A message callback: `(ctx, source world rank, tag, data, len)`; `data` is valid during the
 /// call only.
 pub type KvmpiReceive = extern "C" fn(*mut c_void, c_int, c_int, *const u8, usize);
+
+/// A placement callback: `(ctx, source world rank, tag, head, head length, body length)` ->
+/// where the body of the two-part message whose head this is will be received, valid for
+/// writing `body length` bytes until that message's delivery; NULL for a buffer of the
+/// plugin's (the delivery then carries head and body as one message). Called on the progress
+/// thread: it must not wait on anything the dispatch thread or a sender may hold.
+pub type KvmpiPlace = extern "C" fn(*mut c_void, c_int, c_int, *const u8, usize, usize) -> *mut u8;
 
 fn comms() -> Option<&'static Comms> {
     COMMS.get()
@@ -392,7 +402,14 @@ fn pooled(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
 /// matches every incoming message and receives it into a pooled buffer (several at once:
 /// sends and receives never wait on each other), and hands received messages to the dispatch
 /// thread in match order per source.
-fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, deliver: mpsc::Sender<Delivery>, returned: mpsc::Receiver<Vec<u8>>) {
+fn progress(
+    c: &'static Comms,
+    me: c_int,
+    placer: Option<(KvmpiPlace, Ctx)>,
+    commands: mpsc::Receiver<Command>,
+    deliver: mpsc::Sender<Delivery>,
+    returned: mpsc::Receiver<Vec<u8>>,
+) {
     let comm = c.world.as_raw();
     // SAFETY: reading MPI's predefined handles.
     let (byte, request_null) = unsafe { (ffi::RSMPI_UINT8_T, ffi::RSMPI_REQUEST_NULL) };
@@ -525,14 +542,33 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
                     heads.insert(source, (head, tag - HEAD_TAG_OFFSET));
                     continue;
                 }
-                // A body is received after its head in one buffer, as one message.
+                // A body is received where the placement callback says, else after its head in
+                // one buffer, as one message.
                 let head = heads.remove(&source);
-                let at = head.as_ref().map_or(0, |(h, _)| h.len());
-                let mut buffer = pooled(&mut pool, at + len);
-                if let Some((h, head_tag)) = head {
-                    if head_tag != tag {
+                if let Some((_, head_tag)) = &head {
+                    if *head_tag != tag {
                         mpi_failed("receiving a two-part message (its body has another tag)", tag);
                     }
+                }
+                if let (Some((h, _)), Some((place, ctx))) = (&head, &placer) {
+                    let target = place(ctx.0, source, tag, h.as_ptr(), h.len(), len);
+                    if !target.is_null() {
+                        let mut request = request_null;
+                        // SAFETY: the placement callback promised `len` writable bytes at
+                        // `target` until this message is delivered, after the request completes.
+                        let rc = unsafe { ffi::MPI_Imrecv(target as *mut c_void, count, byte, &mut message, &mut request) };
+                        if rc != 0 {
+                            mpi_failed("MPI_Imrecv", rc);
+                        }
+                        let (buffer, _) = head.expect("head checked");
+                        let len = buffer.len();
+                        receiving.entry(source).or_default().push_back(Receiving { request, tag: tag + PLACED_TAG_OFFSET, buffer, len, done: false });
+                        continue;
+                    }
+                }
+                let at = head.as_ref().map_or(0, |(h, _)| h.len());
+                let mut buffer = pooled(&mut pool, at + len);
+                if let Some((h, _)) = head {
                     buffer[..at].copy_from_slice(&h);
                 }
                 let mut request = request_null;
@@ -637,23 +673,26 @@ fn progress(c: &'static Comms, me: c_int, commands: mpsc::Receiver<Command>, del
     }
 }
 
-/// A pointer the dispatch thread passes back to the callback untouched.
+/// A pointer the dispatch and progress threads pass back to the callbacks untouched.
 struct Ctx(*mut c_void);
 // SAFETY: the caller of `kvmpi_start_receiver` promises that `ctx` may be used from the
-// dispatch thread; this library never dereferences it.
+// dispatch and progress threads; this library never dereferences it.
 unsafe impl Send for Ctx {}
 
 /// Starts the progress thread (every send and receive) and the dispatch thread: every
 /// message received (any source, any tag but the stop tag) is handed to
-/// `callback(ctx, source, tag, data, len)` there, in order per source.
+/// `callback(ctx, source, tag, data, len)` there, in order per source. With `place`, the body
+/// of a two-part message goes where `place(ctx, ...)` answers for its head, and its delivery
+/// is the head alone with the tag plus `PLACED_TAG_OFFSET`.
 #[no_mangle]
-pub extern "C" fn kvmpi_start_receiver(callback: KvmpiReceive, ctx: *mut c_void) -> c_int {
+pub extern "C" fn kvmpi_start_receiver(callback: KvmpiReceive, place: Option<KvmpiPlace>, ctx: *mut c_void) -> c_int {
     let Some(c) = comms() else { return 1 };
     let Ok(mut threads) = THREADS.lock() else { return 3 };
     if threads.receiver.is_some() {
         return 1;
     }
     let Ok(mut post) = POST.lock() else { return 3 };
+    let placer = place.map(|p| (p, Ctx(ctx)));
     let ctx = Ctx(ctx);
     let me = c.world.rank();
     let (command_tx, command_rx) = mpsc::channel::<Command>();
@@ -667,7 +706,7 @@ pub extern "C" fn kvmpi_start_receiver(callback: KvmpiReceive, ctx: *mut c_void)
         }
     });
     let Ok(dispatch) = dispatch else { return 2 };
-    let progress = std::thread::Builder::new().name("kvstore-mpi-progress".into()).spawn(move || progress(c, me, command_rx, deliver_tx, return_rx));
+    let progress = std::thread::Builder::new().name("kvstore-mpi-progress".into()).spawn(move || progress(c, me, placer, command_rx, deliver_tx, return_rx));
     match progress {
         Ok(h) => {
             threads.receiver = Some(h);

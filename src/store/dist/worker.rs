@@ -10,7 +10,7 @@ use super::liveness::{Owe, What};
 use super::names::DistMode;
 use super::role::Role;
 use super::shard::{self, Balance, Load, Part, RowPart};
-use super::transport::{Body, Node};
+use super::transport::{Body, Landing, Node, PlacedAt, Placement};
 use super::wire::{self, Msg};
 use crate::backend::{GradientCompression, SumOrder};
 use crate::engine::{engine, OpDone};
@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::ndarray::{DType, NDArray, StorageType};
 use crate::store::Servers;
 use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -57,6 +57,11 @@ struct Pending {
     /// the target may still be written by the ops before the pull (a fresh output's fill, in
     /// hosted mode where the output is lent to the store in place).
     early: Option<Mutex<Early>>,
+    /// The target, held for the answers' bodies the transport receives straight into it
+    /// (see [`Answers`]), from the first such body until every answer is in.
+    landing: Mutex<Option<Landing>>,
+    /// Answers that came whole while the target was held: written once it is let go.
+    deferred: Mutex<Vec<(usize, Vec<u8>)>>,
 }
 
 /// See [`Pending::early`].
@@ -73,7 +78,8 @@ impl Pending {
         Arc::new(Pending { early: Some(Mutex::new(Early::default())), ..Pending::unshared(parts, None, Some(target)) })
     }
 
-    /// Writes answered bytes at `offset` of the target, or keeps them until the op starts.
+    /// Writes answered bytes at `offset` of the target, or keeps them until the op starts (or
+    /// until the target is no longer held for bodies received into it).
     fn write(&self, target: &NDArray, offset: usize, data: &[u8]) {
         if let Some(early) = &self.early {
             let mut e = early.lock();
@@ -82,7 +88,42 @@ impl Pending {
                 return;
             }
         }
+        // Under the landing's lock: no body is placed into the target during the write.
+        let landing = self.landing.lock();
+        if landing.is_some() {
+            self.deferred.lock().push((offset, data.to_vec()));
+            return;
+        }
         write_at(target, offset, data);
+    }
+
+    /// Every answer is in: the target is let go, and the answers deferred meanwhile written.
+    fn release_target(&self) {
+        let held = self.landing.lock().take();
+        if held.is_none() {
+            return;
+        }
+        drop(held);
+        let deferred = std::mem::take(&mut *self.deferred.lock());
+        if let Some(target) = &self.target {
+            for (offset, data) in deferred {
+                write_at(target, offset, &data);
+            }
+        }
+    }
+
+    /// One of the requests' servers has answered its part; with the last, the op finishes.
+    fn part_answered(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.release_target();
+            // Under `finished`'s lock: an early pull's op installs its completion under it.
+            let mut finished = self.finished.lock();
+            *finished = true;
+            if let Some(done) = self.done.lock().take() {
+                self.finish(done);
+            }
+            self.wake.notify_all();
+        }
     }
 
     fn new(parts: usize, done: Option<OpDone>, target: Option<NDArray>) -> Arc<Pending> {
@@ -107,6 +148,8 @@ impl Pending {
             finished: Mutex::new(parts == 0),
             wake: Condvar::new(),
             early: None,
+            landing: Mutex::new(None),
+            deferred: Mutex::new(Vec::new()),
         }
     }
 
@@ -120,13 +163,20 @@ impl Pending {
     /// pull's answers can arrive before its op runs).
     fn complete_with(&self, done: OpDone) {
         if let (Some(early), Some(target)) = (&self.early, &self.target) {
-            let kept = {
-                let mut e = early.lock();
-                e.started = true;
-                std::mem::take(&mut e.kept)
-            };
-            for (offset, data) in kept {
-                write_at(target, offset, &data);
+            // Started once nothing is kept: until then no body is placed into the target, so
+            // these writes never wait for one.
+            loop {
+                let kept = {
+                    let mut e = early.lock();
+                    if e.kept.is_empty() {
+                        e.started = true;
+                        break;
+                    }
+                    std::mem::take(&mut e.kept)
+                };
+                for (offset, data) in kept {
+                    write_at(target, offset, &data);
+                }
             }
         }
         let finished = self.finished.lock();
@@ -157,11 +207,13 @@ struct Asked {
     /// A pull's bytes not yet answered: a pull answered in pieces (`ReplyPart`, one per
     /// chunk of a part the server streams) is answered when they have all come.
     left: usize,
+    /// The lengths of the answers' bodies being received into the target, in arrival order.
+    placed: VecDeque<usize>,
 }
 
 impl Asked {
     fn new(pending: &Arc<Pending>, offset: usize, server: usize, what: What) -> Asked {
-        Asked { pending: Arc::clone(pending), offset, server, what, left: 0 }
+        Asked { pending: Arc::clone(pending), offset, server, what, left: 0, placed: VecDeque::new() }
     }
 
     /// A pull of `bytes` bytes.
@@ -216,6 +268,7 @@ impl Worker {
         let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
         let p = Arc::clone(&pending);
         node.set_handler(Arc::new(move |_source, bytes| on_reply(&p, bytes)));
+        node.set_placement(Arc::new(Answers { pending: Arc::clone(&pending) }));
         // The monitor sees every unanswered request as owed by its server.
         let weak = Arc::downgrade(&pending);
         node.watch.add_source(Box::new(move |out: &mut Vec<Owe>| {
@@ -846,16 +899,66 @@ fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
     } else {
         p.answers.lock().push(data.to_vec());
     }
-    if !last {
-        return;
+    if last {
+        p.part_answered();
     }
-    if p.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-        // Under `finished`'s lock: an early pull's op installs its completion under it.
-        let mut finished = p.finished.lock();
-        *finished = true;
-        if let Some(done) = p.done.lock().take() {
-            p.finish(done);
+}
+
+/// Where the bodies of a worker's answers are received: straight into the pulled array, at
+/// the answer's place, once the pull's op has started (before, the array may still be read
+/// or written by the ops before the pull) and while nothing else holds the array.
+struct Answers {
+    pending: Arc<Mutex<HashMap<u64, Asked>>>,
+}
+
+impl Placement for Answers {
+    fn place(&self, source: usize, head: &[u8], body_len: usize) -> Option<PlacedAt> {
+        let (req, at) = match wire::decode(head).ok()? {
+            Msg::ReplyPart { req, at, data: [] } => (req, usize::try_from(at).ok()?),
+            Msg::Reply { req, ok: true, data: [] } => (req, 0),
+            _ => return None,
+        };
+        let mut map = self.pending.lock();
+        let asked = map.get_mut(&req).filter(|a| a.server == source)?;
+        let p = &asked.pending;
+        let target = p.target.as_ref()?;
+        if let Some(early) = &p.early {
+            if !early.lock().started {
+                return None;
+            }
         }
-        p.wake.notify_all();
+        // Never waits: a whole answer being written holds it.
+        let mut landing = p.landing.try_lock()?;
+        if landing.is_none() {
+            *landing = Some(Landing::hold(target)?);
+        }
+        let place = landing.as_ref()?.at(asked.offset.checked_add(at)?, body_len)?;
+        asked.placed.push_back(body_len);
+        Some(place)
+    }
+
+    fn placed(&self, _source: usize, head: &[u8]) {
+        let (req, whole) = match wire::decode(head) {
+            Ok(Msg::ReplyPart { req, .. }) => (req, false),
+            Ok(Msg::Reply { req, .. }) => (req, true),
+            _ => {
+                eprintln!("libkvstore: a worker received a message that is not a reply; ignored");
+                return;
+            }
+        };
+        let (p, last) = {
+            let mut map = self.pending.lock();
+            let Some(asked) = map.get_mut(&req) else { return };
+            let len = asked.placed.pop_front().unwrap_or(0);
+            asked.left = asked.left.saturating_sub(len);
+            let (p, last) = (Arc::clone(&asked.pending), whole || asked.left == 0);
+            if last {
+                map.remove(&req);
+            }
+            (p, last)
+        };
+        if last {
+            p.part_answered();
+        }
     }
 }

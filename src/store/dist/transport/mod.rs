@@ -8,7 +8,7 @@
 pub mod loopback;
 mod mpi;
 
-pub use mpi::{abort_if_running as abort_mpi_job_if_running, start as start_mpi};
+pub use mpi::{abort_if_running as abort_mpi_job_if_running, start as start_mpi, Landing, PlacedAt};
 
 use super::liveness::{self, Watch, What};
 use super::role::Role;
@@ -59,6 +59,19 @@ impl Body {
     }
 }
 
+/// Where the bodies of incoming two-part messages are received, for a transport that
+/// receives them apart from their heads (MPI's): asked with each head, on the transport's
+/// receiving thread, it may name a place (inside a [`Landing`] it holds), and the handler is
+/// then not called for that message: [`Placement::placed`] is, with the head, once the body
+/// is in.
+pub trait Placement: Send + Sync {
+    /// Where the `body_len` bytes after `head` from rank `source` go, or `None` (the handler
+    /// gets head and body as one message). Must not wait on the handler's thread or a sender.
+    fn place(&self, source: usize, head: &[u8], body_len: usize) -> Option<PlacedAt>;
+    /// The body of the message of `head` from `source` is in the place `place` named.
+    fn placed(&self, source: usize, head: &[u8]);
+}
+
 /// One node's connection to its job. Messages from one source arrive in the order they were
 /// sent, on one receiver thread per node, which calls the handler.
 pub trait Transport: Send + Sync {
@@ -87,6 +100,11 @@ pub trait Transport: Send + Sync {
     }
     /// Installs (or replaces) what handles this node's incoming messages.
     fn set_handler(&self, handler: Handler);
+    /// Installs where message bodies may be received in place; by default none is (every
+    /// message reaches the handler whole).
+    fn set_placement(&self, placement: Arc<dyn Placement>) {
+        let _ = placement;
+    }
     /// The host rank `rank` runs on (MPI's processor name), for messages.
     fn host(&self, rank: usize) -> String;
     /// How long nothing has been heard from rank `rank` (the transport's heartbeats: a live
@@ -161,6 +179,11 @@ impl Node {
     /// See [`Transport::set_handler`].
     pub fn set_handler(&self, handler: Handler) {
         self.transport.set_handler(handler)
+    }
+
+    /// See [`Transport::set_placement`].
+    pub fn set_placement(&self, placement: Arc<dyn Placement>) {
+        self.transport.set_placement(placement)
     }
 
     /// See [`Transport::send`]; the monitor knows that this node waits for `dest` meanwhile.

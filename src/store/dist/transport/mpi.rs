@@ -3,21 +3,25 @@
 //! the plugin: the only `unsafe` of the distributed store. MPI is initialised once per
 //! process, so its node and message handler are process globals (`NODE`, `HANDLER`).
 
-use super::{panic_text, Body, Handler, Node, Transport};
+use super::{panic_text, Body, Handler, Node, Placement, Transport};
 use crate::store::dist::role::Role;
 use crate::error::Result;
+use crate::ndarray::{Memory, NDArray, StorageType};
 use once_cell::sync::Lazy;
 use parking_lot::{Mutex, RwLock};
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 /// The plugin ABI version this library speaks.
-const ABI_VERSION: c_int = 4;
+const ABI_VERSION: c_int = 5;
 /// The tag of every store message.
 pub const DATA_TAG: c_int = 1;
+/// Added by the plugin to the tag of a message whose body was received in place.
+const PLACED_TAG_OFFSET: c_int = 16384;
 
 type ReceiveFn = extern "C" fn(*mut c_void, c_int, c_int, *const u8, usize);
 type ReleaseFn = extern "C" fn(*mut c_void);
+type PlaceFn = extern "C" fn(*mut c_void, c_int, c_int, *const u8, usize, usize) -> *mut u8;
 
 /// The plugin's functions.
 struct Plugin {
@@ -27,7 +31,7 @@ struct Plugin {
     allgather_int: unsafe extern "C" fn(c_int, *mut c_int, usize) -> c_int,
     post: unsafe extern "C" fn(c_int, c_int, *const u8, usize, c_int, ReleaseFn, *mut c_void) -> c_int,
     post_parts: unsafe extern "C" fn(c_int, c_int, *const u8, usize, *const u8, usize, c_int, ReleaseFn, *mut c_void) -> c_int,
-    start_receiver: unsafe extern "C" fn(ReceiveFn, *mut c_void) -> c_int,
+    start_receiver: unsafe extern "C" fn(ReceiveFn, Option<PlaceFn>, *mut c_void) -> c_int,
     barrier: unsafe extern "C" fn(c_int) -> c_int,
     processor_names: unsafe extern "C" fn(*mut u8, usize, usize) -> c_int,
     start_heartbeat: unsafe extern "C" fn(u64) -> c_int,
@@ -122,23 +126,108 @@ fn bind(lib: libloading::Library) -> Result<Plugin> {
 }
 
 static HANDLER: Lazy<RwLock<Option<Handler>>> = Lazy::new(|| RwLock::new(None));
+static PLACEMENT: Lazy<RwLock<Option<Arc<dyn Placement>>>> = Lazy::new(|| RwLock::new(None));
 
-extern "C" fn on_message(_ctx: *mut c_void, source: c_int, _tag: c_int, data: *const u8, len: usize) {
-    let bytes: &[u8] = if len == 0 || data.is_null() {
+/// `len` bytes at `data` from the plugin, valid for the call at hand.
+fn plugin_bytes<'a>(data: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 || data.is_null() {
         &[]
     } else {
-        // SAFETY: the plugin passes `len` bytes at `data`, valid for this call.
+        // SAFETY: the plugin passes `len` bytes at `data`, valid for the callback's call.
         unsafe { std::slice::from_raw_parts(data, len) }
-    };
-    let handler = HANDLER.read().clone();
-    if let Some(h) = handler {
-        // A panic must not unwind into the plugin's thread, and its sender must not wait
-        // forever for a reply that will never come: the job fails fast, as for a dead rank.
-        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(source.max(0) as usize, bytes))) {
+    }
+}
+
+/// Runs a callback's work; a panic must not unwind into the plugin's thread, and its sender
+/// must not wait forever for a reply that will never come: the job fails fast, as for a dead
+/// rank.
+fn or_abort<R>(source: c_int, work: impl FnOnce() -> R) -> Option<R> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+        Ok(r) => Some(r),
+        Err(payload) => {
             let what = panic_text(payload.as_ref());
             eprintln!("libkvstore: internal error handling a message from rank {source}: {what}; aborting the MPI job");
             abort_if_running(1);
+            None
         }
+    }
+}
+
+extern "C" fn on_message(_ctx: *mut c_void, source: c_int, tag: c_int, data: *const u8, len: usize) {
+    let bytes = plugin_bytes(data, len);
+    let from = source.max(0) as usize;
+    if tag >= PLACED_TAG_OFFSET {
+        let placement = PLACEMENT.read().clone();
+        if let Some(p) = placement {
+            or_abort(source, || p.placed(from, bytes));
+        }
+        return;
+    }
+    let handler = HANDLER.read().clone();
+    if let Some(h) = handler {
+        or_abort(source, || h(from, bytes));
+    }
+}
+
+/// Where the body after `head` goes (see [`Placement`]); NULL: the plugin's buffer.
+extern "C" fn on_place(_ctx: *mut c_void, source: c_int, _tag: c_int, head: *const u8, head_len: usize, body_len: usize) -> *mut u8 {
+    let head = plugin_bytes(head, head_len);
+    let placement = PLACEMENT.read().clone();
+    placement
+        .and_then(|p| or_abort(source, || p.place(source.max(0) as usize, head, body_len)).flatten())
+        .map_or(std::ptr::null_mut(), |at| at.0)
+}
+
+/// A dense host array held for writing by message bodies received into it (see
+/// [`Placement`]): write-locked from [`Landing::hold`] until dropped, so nothing else reads or
+/// writes its bytes meanwhile.
+pub struct Landing {
+    array: NDArray,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a landing is a held write lock and the address of the bytes it guards; the lock is
+// not tied to a thread (parking_lot's), and the bytes are only written through the addresses
+// handed out, by the plugin, while the lock is held.
+unsafe impl Send for Landing {}
+// SAFETY: as above; `at` only computes addresses.
+unsafe impl Sync for Landing {}
+
+/// Where a body is received: an address inside a [`Landing`].
+pub struct PlacedAt(*mut u8);
+
+impl Landing {
+    /// Holds dense host `array` for writing, if nothing holds its memory now (never waits:
+    /// the plugin's progress thread asks, and a sender's read lock is released there).
+    pub fn hold(array: &NDArray) -> Option<Landing> {
+        if array.stype() != StorageType::Default {
+            return None;
+        }
+        let (lock, range) = array.lock_and_range();
+        let mut payload = lock.try_write()?;
+        if matches!(payload.data, Memory::Device(_)) {
+            return None;
+        }
+        let bytes = payload.data.bytes_mut().get_mut(range)?;
+        let (base, len) = (bytes.as_mut_ptr(), bytes.len());
+        // Unlocked when the landing is dropped.
+        std::mem::forget(payload);
+        Some(Landing { array: array.clone(), base, len })
+    }
+
+    /// Where `len` bytes at byte `offset` of the array are received, if they lie within it.
+    pub fn at(&self, offset: usize, len: usize) -> Option<PlacedAt> {
+        (offset.checked_add(len)? <= self.len).then(|| PlacedAt(self.base.wrapping_add(offset)))
+    }
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        let (lock, _) = self.array.lock_and_range();
+        // SAFETY: `hold` write-locked this lock and forgot its guard; this is that lock's one
+        // release, after the last body received into it was delivered.
+        unsafe { lock.force_unlock_write() };
     }
 }
 
@@ -262,8 +351,8 @@ pub fn start(role: Role) -> Result<Arc<Node>> {
         }
         None => false,
     };
-    // SAFETY: `on_message` has the callback signature; the context is unused.
-    let rc = unsafe { (plugin.start_receiver)(on_message, std::ptr::null_mut()) };
+    // SAFETY: `on_message` and `on_place` have the callback signatures; the context is unused.
+    let rc = unsafe { (plugin.start_receiver)(on_message, Some(on_place), std::ptr::null_mut()) };
     crate::ensure!(rc == 0, "the MPI receiver thread could not start (code {rc})");
     let transport = MpiTransport { plugin, rank: rank.max(0) as usize, roles, hosts, beating };
     let node = Arc::new(Node::new(Box::new(transport)));
@@ -284,6 +373,10 @@ impl Transport for MpiTransport {
 
     fn set_handler(&self, handler: Handler) {
         *HANDLER.write() = Some(handler);
+    }
+
+    fn set_placement(&self, placement: Arc<dyn Placement>) {
+        *PLACEMENT.write() = Some(placement);
     }
 
     fn host(&self, rank: usize) -> String {
@@ -383,6 +476,7 @@ impl Transport for MpiTransport {
         let mut state = NODE.lock();
         if let State::Running(_) = &*state {
             *HANDLER.write() = None;
+            *PLACEMENT.write() = None;
             // SAFETY: a plain call; every send and barrier of this process has returned.
             unsafe { (self.plugin.finalize)() };
             *state = State::Finalized;
