@@ -30,9 +30,8 @@ impl Buffer {
     /// A buffer holding a copy of `bytes`, written once (no zeroing pass before the copy).
     pub fn copied(bytes: &[u8]) -> Result<Buffer> {
         let mut lines = try_with_capacity::<Line>(bytes.len().div_ceil(64))?;
-        let mut whole = bytes.chunks_exact(64);
-        lines.extend(whole.by_ref().map(|c| Line(c.try_into().expect("chunks_exact gives 64 bytes"))));
-        let rest = whole.remainder();
+        let (whole, rest) = bytes.as_chunks::<64>();
+        lines.extend(whole.iter().map(|c| Line(*c)));
         if !rest.is_empty() {
             let mut last = [0u8; 64];
             last[..rest.len()].copy_from_slice(rest);

@@ -868,6 +868,20 @@ fn write_at(target: &NDArray, offset: usize, data: &[u8]) {
     });
 }
 
+/// Counts `len` answered bytes of request `req` (`whole`: its only answer): its pending
+/// request, where in the target they go, and whether the request is now answered (then it is
+/// no longer awaited).
+fn answered(pending: &Mutex<HashMap<u64, Asked>>, req: u64, len: usize, whole: bool) -> Option<(Arc<Pending>, usize, bool)> {
+    let mut map = pending.lock();
+    let asked = map.get_mut(&req)?;
+    asked.left = asked.left.saturating_sub(len);
+    let (p, offset, last) = (Arc::clone(&asked.pending), asked.offset, whole || asked.left == 0);
+    if last {
+        map.remove(&req);
+    }
+    Some((p, offset, last))
+}
+
 /// A server's answer: fills the target at the part's offset, and finishes the request with
 /// its last answer. A pull's answer may come in pieces (`ReplyPart`); its request is answered
 /// by the piece that completes it.
@@ -880,16 +894,7 @@ fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
             return;
         }
     };
-    let (p, offset, last) = {
-        let mut map = pending.lock();
-        let Some(asked) = map.get_mut(&req) else { return };
-        asked.left = asked.left.saturating_sub(data.len());
-        let (p, offset, last) = (Arc::clone(&asked.pending), asked.offset, whole || asked.left == 0);
-        if last {
-            map.remove(&req);
-        }
-        (p, offset, last)
-    };
+    let Some((p, offset, last)) = answered(pending, req, data.len(), whole) else { return };
     if !ok {
         p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
     } else if let Some(t) = &p.target {
@@ -946,17 +951,8 @@ impl Placement for Answers {
                 return;
             }
         };
-        let (p, last) = {
-            let mut map = self.pending.lock();
-            let Some(asked) = map.get_mut(&req) else { return };
-            let len = asked.placed.pop_front().unwrap_or(0);
-            asked.left = asked.left.saturating_sub(len);
-            let (p, last) = (Arc::clone(&asked.pending), whole || asked.left == 0);
-            if last {
-                map.remove(&req);
-            }
-            (p, last)
-        };
+        let len = self.pending.lock().get_mut(&req).and_then(|a| a.placed.pop_front()).unwrap_or(0);
+        let Some((p, _, last)) = answered(&self.pending, req, len, whole) else { return };
         if last {
             p.part_answered();
         }
