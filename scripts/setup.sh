@@ -37,7 +37,7 @@ bindgen_libclang_found() {
   local dirs=("$@") dir file
   if [ "$#" -eq 0 ]; then
     dirs=(${LIBCLANG_PATH:-} /usr/lib/llvm-*/lib /usr/lib/*-linux-gnu /usr/lib64 /usr/lib /usr/local/lib)
-    if ldconfig -p 2>/dev/null | awk '{print $1}' | grep -Eq '^libclang(-[0-9]+)?\.so$'; then
+    if grep -Eq '^libclang(-[0-9]+)?\.so$' <<<"$(ldconfig -p 2>/dev/null | awk '{print $1}')"; then
       return 0
     fi
   fi

@@ -58,6 +58,7 @@ impl Engine {
         for s in states.iter_mut() {
             s.reads_since_write.take_all().for_each(drop);
             s.last_write = Some(Arc::clone(&op.completion));
+            s.ops += 1;
         }
         drop(states);
         op.extra_writes.lock().extend(ids);

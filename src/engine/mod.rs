@@ -66,6 +66,8 @@ impl Drop for Var {
 struct VarState {
     last_write: Option<Arc<Completion>>,
     reads_since_write: Readers,
+    /// How many ops have been registered on it (see [`Engine::ops_on`]).
+    ops: u64,
 }
 
 /// The unfinished reads of a variable since its last write. Nearly always one op (the batch
@@ -418,6 +420,7 @@ impl Engine {
             deps.extend(s.last_write.take().filter(|w| !w.is_done()));
             deps.extend(s.reads_since_write.take_all().filter(|r| !r.is_done()));
             s.last_write = Some(Arc::clone(&completion));
+            s.ops += 1;
         }
         for (i, var) in reads.iter().enumerate() {
             prefetch_ahead(reads, i);
@@ -439,6 +442,7 @@ impl Engine {
             }
             s.reads_since_write.prune();
             s.reads_since_write.add(&completion);
+            s.ops += 1;
         }
         Registered { completion, deps, disjoint, vars }
     }
@@ -490,6 +494,15 @@ impl Engine {
         work: impl FnOnce(&OpEnv, OpDone) + Send + 'static,
     ) -> Option<Ticket> {
         self.schedule(reads, writes, priority, how.tiny, how.extensible, true, how.stream, Box::new(work))
+    }
+
+    /// How many ops have been registered on `var` so far (each op reading or writing it, and
+    /// every wait on it, counts once): unchanged between two calls means no op was registered
+    /// on it in between, so the op registered just before the first is still its latest.
+    /// In native mode only: where a host's engine runs the ops, the host's own ops on the
+    /// memory are not counted, and `None` says so.
+    pub fn ops_on(&self, var: &Var) -> Option<u64> {
+        (!self.hosted()).then(|| var.state.lock().ops)
     }
 
     /// Whether a host's engine (hosted mode) runs the ops now.
@@ -887,6 +900,33 @@ mod tests {
         let seen = seen.lock();
         assert_eq!(seen.len(), 150);
         assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
+    }
+
+    #[test]
+    fn ops_on_a_variable_count_every_op_registered_on_it_and_nothing_else() {
+        let (var, other) = (Var::new(), Var::new());
+        let count = || engine().ops_on(&var).expect("native mode counts");
+        assert_eq!(count(), 0);
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        engine().push(&[], &[&var], 0, move |_| {
+            let _ = gate.recv();
+            Ok(())
+        });
+        let after_write = count();
+        assert_eq!(after_write, 1);
+        // Ops on other variables, and time passing, leave it unchanged: the write is still
+        // the latest op on it, finished or not.
+        engine().push(&[&other], &[&other], 0, |_| Ok(()));
+        engine().wait_to_write(&other).unwrap();
+        assert_eq!(count(), after_write);
+        release.send(()).unwrap();
+        engine().push(&[&var, &var], &[], 0, |_| Ok(()));
+        assert_eq!(count(), 2, "a read counts once however often the op lists it");
+        engine().wait_to_write(&var).unwrap();
+        assert_eq!(count(), 3, "a wait is ordered like an op, so it counts too");
+        engine().push(&[&var], &[&var], 0, |_| Ok(()));
+        assert_eq!(count(), 4, "an op reading and writing it counts once");
+        engine().wait_to_write(&var).unwrap();
     }
 
     #[test]

@@ -265,8 +265,10 @@ cat > "$out/fake_host.c" <<'C'
 int MXGetVersion(int *out) { *out = 20000; return 0; }
 C
 cc -shared -fPIC -o "$out/libfake_mxnet.so" "$out/fake_host.c"
+# Checks read captured output from a here-string: with pipefail, `echo "$x" | grep -q` fails
+# whenever grep exits at its match before echo has written the rest (SIGPIPE).
 msg=$(MXNET_LIBRARY_PATH="$lib" KVSTORE_HOST_LIBRARY="$out/libfake_mxnet.so" "$py" -c "import mxnet" 2>&1 || true)
-echo "$msg" | grep -q "hosted mode refused: KVSTORE_HOST_LIBRARY=.* is MXNet 2.0.0 (20000); hosted mode needs MXNet 1.9.x" \
+grep -q "hosted mode refused: KVSTORE_HOST_LIBRARY=.* is MXNet 2.0.0 (20000); hosted mode needs MXNet 1.9.x" <<<"$msg" \
   || { echo "a 2.0 host was not refused with the reason:"; echo "$msg"; exit 1; }
 echo "a 2.0 host is refused: ok"
 
@@ -296,8 +298,9 @@ done
 # ...and it is hosted: an operator only MXNet has computes, and the store is libkvstore's.
 cc "${cflags[@]}" tests/hosted/which_store.c "${with_kvstore[@]}" -o "$out/which_store"
 facts=$(KVSTORE_HOST_LIBRARY="$ref" "$out/which_store")
-echo "$facts" | grep -qx "dot: 7 10 15 22" || { echo "hosted C program: MXNet's dot did not run:"; echo "$facts"; exit 1; }
-echo "$facts" | grep -q "rc=-1 .*MXKVStorePush: shape mismatch for key 3" \
+grep -qx "dot: 7 10 15 22" <<<"$facts" || { echo "hosted C program: MXNet's dot did not run:"; echo "$facts"; exit 1; }
+grep -q "rc=-1 .*MXKVStorePush: shape mismatch for key 3" <<<"$facts" \
   || { echo "hosted C program: the store is not libkvstore's:"; echo "$facts"; exit 1; }
-"$out/which_store" | grep -q "dot: rc=-1" || { echo "native C program ran dot: the check proves nothing"; exit 1; }
+native_facts=$("$out/which_store")
+grep -q "dot: rc=-1" <<<"$native_facts" || { echo "native C program ran dot: the check proves nothing"; exit 1; }
 echo "C program in hosted mode: MXNet's operators, libkvstore's store: ok"

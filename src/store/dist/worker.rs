@@ -41,6 +41,20 @@ impl KeyParts {
     }
 }
 
+/// The pushes of a dense key scheduled so far.
+#[derive(Default)]
+struct Pushes {
+    /// How many (init pushes aside).
+    count: u64,
+    /// After the last, where that push leaves nothing in the way of a pull's answers: the
+    /// engine's count of ops on the key's value once it was registered (`Engine::ops_on`).
+    /// The push, which only reads the pushed values, then follows every earlier op on the
+    /// value and has started by the time any server answers; a pull registered right after it
+    /// can write its answers into the value as they come. `None`: a push-pull (its answers
+    /// fill the value too), or hosted mode (the host's ops on the memory are not counted).
+    clear_after: Option<u64>,
+}
+
 /// A request waiting for its servers' answers.
 struct Pending {
     remaining: AtomicUsize,
@@ -52,10 +66,11 @@ struct Pending {
     answers: Mutex<Vec<Vec<u8>>>,
     finished: Mutex<bool>,
     wake: Condvar,
-    /// A pull sent ahead of its op (`PullAfter`): answers that arrive before the op has
-    /// started are kept here and written into the target when it starts, because until then
-    /// the target may still be written by the ops before the pull (a fresh output's fill, in
-    /// hosted mode where the output is lent to the store in place).
+    /// A pull sent ahead of its op (`PullAfter`): answers that arrive before the target is
+    /// writable are kept here and written into it once it is, because until then the target
+    /// may still be read or written by the ops before the pull (the copies out of the value
+    /// pulled before; a fresh output's fill, in hosted mode where the output is lent to the
+    /// store in place).
     early: Option<Mutex<Early>>,
     /// The target, held for the answers' bodies the transport receives straight into it
     /// (see [`Answers`]), from the first such body until every answer is in.
@@ -67,23 +82,27 @@ struct Pending {
 /// See [`Pending::early`].
 #[derive(Default)]
 struct Early {
-    started: bool,
+    /// The pull's op has started, or no op before it but the push it follows (which does
+    /// not touch the target) was left when it was scheduled.
+    writable: bool,
     /// (byte offset, bytes) of the answers kept.
     kept: Vec<(usize, Vec<u8>)>,
 }
 
 impl Pending {
-    /// A pull sent before its op runs (see [`Pending::early`]).
-    fn ahead(parts: usize, target: NDArray) -> Arc<Pending> {
-        Arc::new(Pending { early: Some(Mutex::new(Early::default())), ..Pending::unshared(parts, None, Some(target)) })
+    /// A pull sent before its op runs (see [`Pending::early`]); `writable`: its target already
+    /// is.
+    fn ahead(parts: usize, target: NDArray, writable: bool) -> Arc<Pending> {
+        let early = Early { writable, kept: Vec::new() };
+        Arc::new(Pending { early: Some(Mutex::new(early)), ..Pending::unshared(parts, None, Some(target)) })
     }
 
-    /// Writes answered bytes at `offset` of the target, or keeps them until the op starts (or
+    /// Writes answered bytes at `offset` of the target, or keeps them until it is writable (or
     /// until the target is no longer held for bodies received into it).
     fn write(&self, target: &NDArray, offset: usize, data: &[u8]) {
         if let Some(early) = &self.early {
             let mut e = early.lock();
-            if !e.started {
+            if !e.writable {
                 e.kept.push((offset, data.to_vec()));
                 return;
             }
@@ -163,13 +182,13 @@ impl Pending {
     /// pull's answers can arrive before its op runs).
     fn complete_with(&self, done: OpDone) {
         if let (Some(early), Some(target)) = (&self.early, &self.target) {
-            // Started once nothing is kept: until then no body is placed into the target, so
+            // Writable once nothing is kept: until then no body is placed into the target, so
             // these writes never wait for one.
             loop {
                 let kept = {
                     let mut e = early.lock();
                     if e.kept.is_empty() {
-                        e.started = true;
+                        e.writable = true;
                         break;
                     }
                     std::mem::take(&mut e.kept)
@@ -251,7 +270,7 @@ pub struct Worker {
     next_req: AtomicU64,
     /// Per dense key: the pushes scheduled so far (init pushes aside), which a pull names
     /// (`PullAfter`).
-    pushes: Mutex<HashMap<i32, u64>>,
+    pushes: Mutex<HashMap<i32, Pushes>>,
     /// The exit protocol has run.
     shut_down: std::sync::atomic::AtomicBool,
 }
@@ -452,11 +471,10 @@ impl Worker {
         let order = self.sum_order();
         let target = comm.clone();
         let delay = super::failpoint::push_delay(self.rank);
-        if flags & wire::PUSH_INIT == 0 {
-            // Counted here, in call order, once the push is sure to reach its servers.
-            *self.pushes.lock().entry(key).or_default() += 1;
-        }
-        engine().push_async(&reads, &[comm.var()], priority, move |_env, done| {
+        let counted = flags & wire::PUSH_INIT == 0;
+        let leaves_value = flags & wire::PUSH_PULL == 0;
+        let var = comm.var();
+        engine().push_async(&reads, &[var], priority, move |_env, done| {
             std::thread::sleep(delay);
             let kernels = byte_kernels();
             let dtype = values[0].dtype();
@@ -516,6 +534,15 @@ impl Worker {
                 node.send_parts(servers[p.server], head, Body::new(&source, first * esz..end * esz), false);
             }
         });
+        if counted {
+            // Counted here, in call order, once the push is sure to reach its servers. The
+            // store's calls are serialised, so no other op on the value comes in between.
+            let clear_after = if leaves_value { engine().ops_on(var) } else { None };
+            let mut pushes = self.pushes.lock();
+            let p = pushes.entry(key).or_default();
+            p.count += 1;
+            p.clear_after = clear_after;
+        }
     }
 
     /// Schedules the push of one row_sparse key's values: their sum (over the union of rows),
@@ -625,16 +652,21 @@ impl Worker {
     /// and a pull request's round trip, both behind megabytes of other keys on the same links.
     /// The value is the one a pull sent after the push's answer would get. The op still runs
     /// after the push's op and the target's earlier writers (engine order) and only waits for
-    /// the answers; one that arrives before the op starts is kept and written when it starts.
+    /// the answers; one that arrives before the op starts is kept and written when it starts,
+    /// unless the pull comes right after a push that leaves the target alone ([`Pushes`]).
     fn schedule_pull(&self, key: i32, comm: &NDArray, parts: &[Part], priority: i32) {
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
         let target = comm.clone();
-        let after = self.pushes.lock().get(&key).copied().unwrap_or(0);
+        let ops = engine().ops_on(comm.var());
+        let (after, writable) = match self.pushes.lock().get(&key) {
+            Some(p) => (p.count, p.clear_after.is_some() && p.clear_after == ops),
+            None => (0, false),
+        };
         if after > 0 && !parts.is_empty() {
             let esz = target.dtype().size();
-            let pending = Pending::ahead(parts.len(), target);
+            let pending = Pending::ahead(parts.len(), target, writable);
             {
                 let mut map = pending_map.lock();
                 for (i, p) in parts.iter().enumerate() {
@@ -910,8 +942,8 @@ fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
 }
 
 /// Where the bodies of a worker's answers are received: straight into the pulled array, at
-/// the answer's place, once the pull's op has started (before, the array may still be read
-/// or written by the ops before the pull) and while nothing else holds the array.
+/// the answer's place, once it is writable (see [`Pending::early`]; before, the array may
+/// still be read or written by the ops before the pull) and while nothing else holds it.
 struct Answers {
     pending: Arc<Mutex<HashMap<u64, Asked>>>,
 }
@@ -928,7 +960,7 @@ impl Placement for Answers {
         let p = &asked.pending;
         let target = p.target.as_ref()?;
         if let Some(early) = &p.early {
-            if !early.lock().started {
+            if !early.lock().writable {
                 return None;
             }
         }
