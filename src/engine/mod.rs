@@ -499,10 +499,11 @@ impl Engine {
     /// How many ops have been registered on `var` so far (each op reading or writing it, and
     /// every wait on it, counts once): unchanged between two calls means no op was registered
     /// on it in between, so the op registered just before the first is still its latest.
-    /// In native mode only: where a host's engine runs the ops, the host's own ops on the
-    /// memory are not counted, and `None` says so.
+    /// In native mode only: where a host's engine runs the ops (or ran them, before the host
+    /// shut down), the host's own ops on the memory are not counted, and `None` says so.
     pub fn ops_on(&self, var: &Var) -> Option<u64> {
-        (!self.hosted()).then(|| var.state.lock().ops)
+        let hosted = self.host.is_some() || SCHEDULER.get().is_some();
+        (!hosted).then(|| var.state.lock().ops)
     }
 
     /// Whether a host's engine (hosted mode) runs the ops now.
