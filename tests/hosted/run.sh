@@ -116,11 +116,13 @@ command -v mpirun >/dev/null || { echo "hosted dist: mpirun not found (apt-get i
 by_rank() { for f in "$@"; do printf '%s\t%s\n' "$(head -1 "$f")" "$f"; done | sort | cut -f2 | xargs cat; }
 # Pure MXNet's side of a sync training comparison, under ps-lite. Sync training leaves every
 # worker with the same parameters (train.py's last line, their digest); a ps-lite job whose two
-# workers disagree is a fault of the reference under load (seen twice on a loaded machine, never
-# reproduced by hand), not an answer to compare against, so it is run again, at most twice.
+# workers disagree is a fault of the reference, not an answer to compare against, so it is run
+# again, at most four times. Inside this suite it happens to one job in a few (2026-11-27: once
+# in one full run, three times in a row in another, on the 2-bit MLP); the same job run alone
+# six times in a row agreed every time.
 pure_train() {
   local try
-  for try in 1 2 3; do
+  for try in 1 2 3 4 5; do
     rm -rf "$out/pslite"
     env -u MXNET_LIBRARY_PATH -u KVSTORE_HOST_LIBRARY scripts/pslite-launch -n 2 -s 1 --timeout 180 \
       --output-dir "$out/pslite" "$@" > /dev/null 2>&1 \
