@@ -900,12 +900,18 @@ fn write_at(target: &NDArray, offset: usize, data: &[u8]) {
     });
 }
 
-/// Counts `len` answered bytes of request `req` (`whole`: its only answer): its pending
-/// request, where in the target they go, and whether the request is now answered (then it is
-/// no longer awaited).
-fn answered(pending: &Mutex<HashMap<u64, Asked>>, req: u64, len: usize, whole: bool) -> Option<(Arc<Pending>, usize, bool)> {
+/// Counts the answered bytes of request `req` (`len` of its entry; `whole`: its only answer):
+/// its pending request, where in the target they go, and whether the request is now answered
+/// (then it is no longer awaited).
+fn answered(
+    pending: &Mutex<HashMap<u64, Asked>>,
+    req: u64,
+    whole: bool,
+    len: impl FnOnce(&mut Asked) -> usize,
+) -> Option<(Arc<Pending>, usize, bool)> {
     let mut map = pending.lock();
     let asked = map.get_mut(&req)?;
+    let len = len(asked);
     asked.left = asked.left.saturating_sub(len);
     let (p, offset, last) = (Arc::clone(&asked.pending), asked.offset, whole || asked.left == 0);
     if last {
@@ -926,7 +932,7 @@ fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
             return;
         }
     };
-    let Some((p, offset, last)) = answered(pending, req, data.len(), whole) else { return };
+    let Some((p, offset, last)) = answered(pending, req, whole, |_| data.len()) else { return };
     if !ok {
         p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
     } else if let Some(t) = &p.target {
@@ -983,8 +989,7 @@ impl Placement for Answers {
                 return;
             }
         };
-        let len = self.pending.lock().get_mut(&req).and_then(|a| a.placed.pop_front()).unwrap_or(0);
-        let Some((p, _, last)) = answered(&self.pending, req, len, whole) else { return };
+        let Some((p, _, last)) = answered(&self.pending, req, whole, |a| a.placed.pop_front().unwrap_or(0)) else { return };
         if last {
             p.part_answered();
         }
