@@ -40,6 +40,8 @@ scripts/gen-export-list.sh --check
 python3 -m unittest discover -s tests/docs
 python3 scripts/check-docs.py
 cargo test --release
+# The MPI plugin's own framing (a two-part message's head carries its body's length).
+cargo test --release -p kvstore-mpi
 # The CUDA stand-in (test equipment): its imitation of the driver, NVRTC's images of kernels/
 # loaded and launched on it, cudarc on it.
 scripts/cuda-standin.sh >/dev/null

@@ -35,8 +35,14 @@ pub const KVMPI_ABI_VERSION: c_int = 5;
 const STOP_TAG: i32 = 32000;
 
 /// A message posted in two parts (`kvmpi_post_parts`) travels as two MPI messages: its head
-/// with the tag plus this, then its body with the tag. Callers' tags stay below it.
+/// with the tag plus this, then its body with the tag. Callers' tags stay below it. The head
+/// ends with the body's length (`BODY_LEN_BYTES`, little-endian), so that its receiver posts
+/// the body's receive as soon as the head is in, before the body has arrived: Open MPI then
+/// unpacks the body straight into the receive's buffer, where a body that arrives first is
+/// copied out of the socket's fragments once to be kept and once more when it is received.
 const HEAD_TAG_OFFSET: c_int = 8192;
+/// The length of a head's trailer: the body's length in bytes.
+const BODY_LEN_BYTES: usize = 8;
 /// Added to the tag of a two-part message whose body was received where the placement
 /// callback asked (see [`kvmpi_start_receiver`]): its delivery carries the head alone.
 pub const PLACED_TAG_OFFSET: c_int = 16384;
@@ -330,6 +336,31 @@ struct Sending {
     requests: [ffi::MPI_Request; 2],
     out: Outgoing,
     bulk: bool,
+    /// A two-part message's head with its body's length after it, held while the first
+    /// request sends it (empty for a one-part message).
+    _head: Vec<u8>,
+}
+
+/// `head_len` bytes at `head` followed by `body_len` (the head of a two-part message as it is
+/// sent).
+fn framed_head(head: *const u8, head_len: usize, body_len: usize) -> Vec<u8> {
+    let mut framed = Vec::with_capacity(head_len + BODY_LEN_BYTES);
+    if head_len > 0 {
+        // SAFETY: a posted message's head holds `head_len` readable bytes until its release
+        // (kvmpi_post_parts's contract), which comes after this send completes.
+        framed.extend_from_slice(unsafe { std::slice::from_raw_parts(head, head_len) });
+    }
+    framed.extend_from_slice(&(body_len as u64).to_le_bytes());
+    framed
+}
+
+/// A received head without its trailer, and the length of the body that follows it; `None`
+/// when it is too short to have a trailer.
+fn split_head(mut head: Vec<u8>) -> Option<(Vec<u8>, usize)> {
+    let at = head.len().checked_sub(BODY_LEN_BYTES)?;
+    let body_len = u64::from_le_bytes(head[at..].try_into().ok()?);
+    head.truncate(at);
+    Some((head, usize::try_from(body_len).ok()?))
 }
 
 /// A matched message being received.
@@ -421,8 +452,6 @@ fn progress(
     let (mut requests, mut owners, mut indices, mut finished) = (Vec::new(), Vec::new(), Vec::<c_int>::new(), Vec::new());
     // The send and part behind each of a pass's first requests.
     let mut send_slots: Vec<(usize, usize)> = Vec::new();
-    // Per source, the head of a two-part message whose body comes next, and its tag.
-    let mut heads: HashMap<c_int, (Vec<u8>, c_int)> = HashMap::new();
     let mut stopping = false;
     let mut idle = Backoff::new();
     let mut wait: Option<std::time::Duration> = None;
@@ -477,12 +506,15 @@ fn progress(
                 };
                 // A two-part message's parts leave back to back: its receiver takes the next
                 // message from this process after the head as its body.
-                let requests = if out.body_len == 0 {
-                    [isend(out.data, out.len, out.tag), request_null]
+                let (requests, head) = if out.body_len == 0 {
+                    ([isend(out.data, out.len, out.tag), request_null], Vec::new())
                 } else {
-                    [isend(out.data, out.len, out.tag + HEAD_TAG_OFFSET), isend(out.body, out.body_len, out.tag)]
+                    // The Vec's bytes stay where they are while `sending` holds it (moving
+                    // a Vec moves no bytes), until both requests complete.
+                    let head = framed_head(out.data, out.len, out.body_len);
+                    ([isend(head.as_ptr(), head.len(), out.tag + HEAD_TAG_OFFSET), isend(out.body, out.body_len, out.tag)], head)
                 };
-                sending.push(Sending { requests, out, bulk });
+                sending.push(Sending { requests, out, bulk, _head: head });
             };
             while let Some(out) = q.express.pop_front() {
                 start(out, false);
@@ -539,46 +571,57 @@ fn progress(
                     if rc != 0 {
                         mpi_failed("MPI_Mrecv", rc);
                     }
-                    heads.insert(source, (head, tag - HEAD_TAG_OFFSET));
+                    let Some((head, body_len)) = split_head(head) else {
+                        mpi_failed("receiving a two-part message (its head carries no body length)", tag);
+                    };
+                    let Ok(body_count) = c_int::try_from(body_len) else {
+                        mpi_failed("receiving a two-part message (its body is 2 GiB or more)", tag);
+                    };
+                    // Its body, the next message from `source` with the body's tag (the sender
+                    // sends the two back to back, and every earlier message of `source` has
+                    // been matched before its head), is received where the placement callback
+                    // says, else after its head in one buffer, as one message. Its receive is
+                    // posted now, before the next probe, so no probe ever matches a body.
+                    let body_tag = tag - HEAD_TAG_OFFSET;
+                    let target = match &placer {
+                        Some((place, ctx)) => place(ctx.0, source, body_tag, head.as_ptr(), head.len(), body_len),
+                        None => std::ptr::null_mut(),
+                    };
+                    let mut request = request_null;
+                    let entry = if !target.is_null() {
+                        // SAFETY: the placement callback promised `body_len` writable bytes at
+                        // `target` until this message is delivered, after the request completes.
+                        let rc = unsafe { ffi::MPI_Irecv(target as *mut c_void, body_count, byte, source, body_tag, comm, &mut request) };
+                        if rc != 0 {
+                            mpi_failed("MPI_Irecv", rc);
+                        }
+                        let len = head.len();
+                        Receiving { request, tag: body_tag + PLACED_TAG_OFFSET, buffer: head, len, done: false }
+                    } else {
+                        let at = head.len();
+                        let mut buffer = pooled(&mut pool, at + body_len);
+                        buffer[..at].copy_from_slice(&head);
+                        // SAFETY: `buffer` holds at least `at + body_len` bytes and is kept (in
+                        // `receiving`) until the request completes.
+                        let rc = unsafe { ffi::MPI_Irecv(buffer[at..].as_mut_ptr() as *mut c_void, body_count, byte, source, body_tag, comm, &mut request) };
+                        if rc != 0 {
+                            mpi_failed("MPI_Irecv", rc);
+                        }
+                        Receiving { request, tag: body_tag, buffer, len: at + body_len, done: false }
+                    };
+                    receiving.entry(source).or_default().push_back(entry);
                     continue;
                 }
-                // A body is received where the placement callback says, else after its head in
-                // one buffer, as one message.
-                let head = heads.remove(&source);
-                if let Some((_, head_tag)) = &head {
-                    if *head_tag != tag {
-                        mpi_failed("receiving a two-part message (its body has another tag)", tag);
-                    }
-                }
-                if let (Some((h, _)), Some((place, ctx))) = (&head, &placer) {
-                    let target = place(ctx.0, source, tag, h.as_ptr(), h.len(), len);
-                    if !target.is_null() {
-                        let mut request = request_null;
-                        // SAFETY: the placement callback promised `len` writable bytes at
-                        // `target` until this message is delivered, after the request completes.
-                        let rc = unsafe { ffi::MPI_Imrecv(target as *mut c_void, count, byte, &mut message, &mut request) };
-                        if rc != 0 {
-                            mpi_failed("MPI_Imrecv", rc);
-                        }
-                        let (buffer, _) = head.expect("head checked");
-                        let len = buffer.len();
-                        receiving.entry(source).or_default().push_back(Receiving { request, tag: tag + PLACED_TAG_OFFSET, buffer, len, done: false });
-                        continue;
-                    }
-                }
-                let at = head.as_ref().map_or(0, |(h, _)| h.len());
-                let mut buffer = pooled(&mut pool, at + len);
-                if let Some((h, _)) = head {
-                    buffer[..at].copy_from_slice(&h);
-                }
+                // A one-part message, into a pooled buffer.
+                let mut buffer = pooled(&mut pool, len);
                 let mut request = request_null;
-                // SAFETY: `buffer` holds at least `at + len` bytes and is kept (in
-                // `receiving`) until the request completes.
-                let rc = unsafe { ffi::MPI_Imrecv(buffer[at..].as_mut_ptr() as *mut c_void, count, byte, &mut message, &mut request) };
+                // SAFETY: `buffer` holds at least `len` bytes and is kept (in `receiving`)
+                // until the request completes.
+                let rc = unsafe { ffi::MPI_Imrecv(buffer.as_mut_ptr() as *mut c_void, count, byte, &mut message, &mut request) };
                 if rc != 0 {
                     mpi_failed("MPI_Imrecv", rc);
                 }
-                receiving.entry(source).or_default().push_back(Receiving { request, tag, buffer, len: at + len, done: false });
+                receiving.entry(source).or_default().push_back(Receiving { request, tag, buffer, len, done: false });
             }
         }
         // Finished sends and receives, found by one test of every request: a test that finds
@@ -963,4 +1006,27 @@ pub extern "C" fn kvmpi_finalize() -> c_int {
         let _ = owner.join();
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_carries_its_body_length_and_comes_back_unchanged() {
+        let head = b"a head of some bytes".to_vec();
+        for body_len in [1usize, 4096, (1 << 20) + 7, i32::MAX as usize] {
+            let framed = framed_head(head.as_ptr(), head.len(), body_len);
+            assert_eq!(framed.len(), head.len() + BODY_LEN_BYTES);
+            assert_eq!(split_head(framed), Some((head.clone(), body_len)));
+        }
+        let empty = framed_head(std::ptr::null(), 0, 9);
+        assert_eq!(split_head(empty), Some((Vec::new(), 9)));
+    }
+
+    #[test]
+    fn a_head_too_short_for_a_body_length_is_refused() {
+        assert_eq!(split_head(Vec::new()), None);
+        assert_eq!(split_head(vec![1u8; BODY_LEN_BYTES - 1]), None);
+    }
 }
