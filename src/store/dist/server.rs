@@ -16,7 +16,7 @@ use super::liveness::{Owe, What};
 use super::members::{Members, Released};
 use super::round::{advance, sum_order, Folds, Request, Round, SumOrder};
 use super::role::Role;
-use super::transport::{Body, Node};
+use super::transport::{Body, Node, PlacedAt, Placement};
 use super::wire::{self, Msg};
 use super::Controller;
 use crate::backend::GradientCompression;
@@ -27,7 +27,7 @@ use crate::store::{IntUpdater, STORE_CONTEXT};
 use crossbeam::channel::{unbounded, Receiver, Sender};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -127,6 +127,8 @@ pub struct ServerCore {
     jobs: (Sender<Job>, Receiver<Job>),
     /// The dense rounds handed to the `RunServer` thread and not yet answered.
     applying: Applying,
+    /// Buffers for pushed bodies (see [`PushBodies`]), kept for the next ones.
+    buffers: BodyBuffers,
 }
 
 /// A server process's store.
@@ -167,9 +169,11 @@ impl Server {
             controller: RwLock::new(None),
             jobs: unbounded(),
             applying: Applying::default(),
+            buffers: BodyBuffers::default(),
         });
         let c = Arc::clone(&core);
         node.set_handler(Arc::new(move |source, bytes| c.handle(source, bytes)));
+        node.set_placement(Arc::new(PushBodies { core: Arc::clone(&core), landing: Mutex::new(HashMap::new()) }));
         let weak = Arc::downgrade(&core);
         node.watch.add_source(Box::new(move |out: &mut Vec<Owe>| {
             if let Some(core) = weak.upgrade() {
@@ -272,6 +276,12 @@ impl ServerCore {
     }
 
     fn handle(&self, source: usize, bytes: &[u8]) {
+        self.handle_with_body(source, bytes, None)
+    }
+
+    /// Handles the message of `bytes` from `source`; with `body`, a push whose values were
+    /// received apart from its head (`bytes`, see [`PushBodies`]).
+    fn handle_with_body(&self, source: usize, bytes: &[u8], body: Option<Vec<u8>>) {
         let msg = match wire::decode(bytes) {
             Ok(m) => m,
             Err(e) => {
@@ -291,6 +301,10 @@ impl ServerCore {
                     // round then, and gets each chunk as the chunk's round completes.
                     *self.state.lock().push_counts.entry((key, source)).or_default() += 1;
                 }
+                let data = match body {
+                    Some(b) => Cow::Owned(b),
+                    None => Cow::Borrowed(data),
+                };
                 if let Err(e) = self.push(source, req, key, dtype, flags, wire::Span { len, at, chunk }, data) {
                     self.reply(source, req, Err(e.message().to_string()));
                 }
@@ -590,22 +604,23 @@ impl ServerCore {
 
     /// A dense push (the whole part, or one chunk of it: `span`).
     #[allow(clippy::too_many_arguments)]
-    fn push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, span: wire::Span, data: &[u8]) -> Result<()> {
+    fn push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, span: wire::Span, data: Cow<[u8]>) -> Result<()> {
         let dtype = DType::from_code(dtype)?;
         let (len, at) = (span.len as usize, span.at as usize);
         let mut state = self.state.lock();
         let worker = state.members.active_worker(source, &|| format!("a push of key {key}"))?;
         let mp = state.multi_precision && dtype != DType::Float32;
         let work_dtype = if mp { DType::Float32 } else { dtype };
-        // The pushed values in the dtype the server works in: borrowed from the received
-        // message when no conversion is needed.
+        // The pushed values in the dtype the server works in: the received ones when no
+        // conversion is needed (then `data` is moved here, and `converted_from` is empty).
+        let mut converted_from = None;
         let recv: Cow<[u8]> = if flags & wire::PUSH_COMPRESSED != 0 {
             let gc = state.compression.ok_or_else(|| crate::Error::new("a compressed push reached a server without compression parameters"))?;
             crate::ensure!(dtype == DType::Float32, "compressed pushes must be float32");
             crate::ensure!(span == wire::Span::whole(span.len), "compressed pushes are sent whole, not in chunks");
             crate::ensure!(data.len() == gc.packed_bytes(len), "compressed push of {} bytes for {len} values", data.len());
             let mut out = vec![0f32; len];
-            byte_kernels().decompress(&gc, data, &mut out);
+            byte_kernels().decompress(&gc, &data, &mut out);
             Cow::Owned(bytemuck::cast_slice(&out).to_vec())
         } else {
             let n = data.len() / dtype.size();
@@ -617,10 +632,11 @@ impl ServerCore {
             );
             if mp {
                 let mut out = vec![0u8; n * 4];
-                byte_kernels().copy_cast(dtype, data, DType::Float32, &mut out, 1);
+                byte_kernels().copy_cast(dtype, &data, DType::Float32, &mut out, 1);
+                converted_from = Some(data);
                 Cow::Owned(out)
             } else {
-                Cow::Borrowed(data)
+                data
             }
         };
         crate::ensure!(!state.rsp.contains_key(&key), "key {key} holds a row_sparse value on this server");
@@ -631,7 +647,8 @@ impl ServerCore {
             write_now(&stored, |d| d.copy_from_slice(&recv))?;
             let stored_dtype = if mp {
                 let s = NDArray::zeros(&[len], STORE_CONTEXT, dtype)?;
-                write_now(&s, |d| d.copy_from_slice(data))?;
+                let pushed = converted_from.as_deref().unwrap_or(&recv);
+                write_now(&s, |d| d.copy_from_slice(pushed))?;
                 Some(s)
             } else {
                 None
@@ -651,6 +668,7 @@ impl ServerCore {
             crate::ensure!(span.chunk == 0, "key {key}: dist_async pushes are sent whole, not in chunks");
             crate::ensure!(self.updater.read().is_some(), "Updater needs to be set for async mode (key {key})");
             e.fold_whole(&recv)?;
+            self.buffers.give(recv);
             return self.finish_dense(state, key, vec![Request { source, req, want_value, pull: false, chunk: None }]);
         }
         let index = e.round.chunk_of(at, recv.len() / work_dtype.size(), span.chunk as usize)?;
@@ -658,7 +676,9 @@ impl ServerCore {
         let request = Request { source, req, want_value, pull: false, chunk };
         if e.round.arrive(index, worker, request, st.members.joined())? {
             e.fold_chunk(index, &recv)?;
+            self.buffers.give(recv);
         } else {
+            // A value received into a buffer of its own is moved, not copied.
             e.round.hold(index, worker, recv.into_owned());
         }
         self.advance_dense(state, key, Some(index))
@@ -684,6 +704,7 @@ impl ServerCore {
         for index in indices {
             for v in e.round.ready(index, joined) {
                 e.fold_chunk(index, &v)?;
+                self.buffers.give(Cow::Owned(v));
             }
             let Some(requests) = e.round.complete_chunk(index, joined) else { continue };
             let refreshes_copy = e.stored_dtype.is_some();
@@ -893,6 +914,75 @@ impl ServerCore {
     }
 }
 
+/// Where a server receives the bodies of pushes (a worker sends a dense push's values apart
+/// from its head): a buffer of the server's own per push, so that a push held until the
+/// lower ranks of its round have been folded (`Round::hold`) is moved there instead of
+/// copied out of the transport's buffer.
+struct PushBodies {
+    core: Arc<ServerCore>,
+    /// Per source, the buffers its bodies are being received into, in the order their heads
+    /// came (messages from one source are delivered in that order).
+    landing: Mutex<HashMap<usize, VecDeque<Vec<u8>>>>,
+}
+
+impl Placement for PushBodies {
+    fn place(&self, source: usize, head: &[u8], body_len: usize) -> Option<PlacedAt> {
+        if body_len < BodyBuffers::MIN_BYTES || !matches!(wire::decode(head).ok()?, Msg::Push { data: [], .. }) {
+            return None;
+        }
+        let mut buffer = self.core.buffers.take(body_len);
+        let place = PlacedAt::in_buffer(&mut buffer);
+        // Moving the Vec leaves its bytes where they are.
+        self.landing.lock().entry(source).or_default().push_back(buffer);
+        Some(place)
+    }
+
+    fn placed(&self, source: usize, head: &[u8]) {
+        let body = self.landing.lock().get_mut(&source).and_then(VecDeque::pop_front);
+        match body {
+            Some(body) => self.core.handle_with_body(source, head, Some(body)),
+            None => eprintln!("libkvstore: a server received a push body from rank {source} that it had not placed; ignored"),
+        }
+    }
+}
+
+/// Buffers for pushed bodies, kept once their values are folded: a fresh one per push would
+/// take new pages (and fault them in) for every chunk.
+#[derive(Default)]
+struct BodyBuffers(Mutex<Vec<Vec<u8>>>);
+
+impl BodyBuffers {
+    /// Bodies smaller than this go to the transport's buffers (a copy of one costs little).
+    const MIN_BYTES: usize = 256 << 10;
+    /// At most this many buffers are kept, and none larger than `KEPT_MAX_BYTES`.
+    const KEPT: usize = 64;
+    const KEPT_MAX_BYTES: usize = 2 << 20;
+
+    /// A buffer of `len` bytes (a kept one that holds them, else a new one).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let kept = {
+            let mut pool = self.0.lock();
+            let pick = pool.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity()).map(|(i, _)| i);
+            pick.map(|i| pool.swap_remove(i))
+        };
+        let mut buffer = kept.unwrap_or_default();
+        buffer.resize(len, 0);
+        buffer
+    }
+
+    /// Keeps `value`'s buffer for a later body, if it is one of its own.
+    fn give(&self, value: Cow<[u8]>) {
+        let Cow::Owned(buffer) = value else { return };
+        if !(Self::MIN_BYTES..=Self::KEPT_MAX_BYTES).contains(&buffer.capacity()) {
+            return;
+        }
+        let mut pool = self.0.lock();
+        if pool.len() < Self::KEPT {
+            pool.push(buffer);
+        }
+    }
+}
+
 impl Entry {
     /// Adds a pushed chunk `index` (in the working dtype) to its round's sum (copies it, for
     /// the chunk round's first).
@@ -980,5 +1070,37 @@ impl Scheduler {
         self.node.barrier_all("at the start");
         self.node.barrier_all("at exit");
         self.node.finalize();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pushed_body_buffer_is_kept_and_handed_out_again() {
+        let buffers = BodyBuffers::default();
+        let len = 1 << 20;
+        let first = buffers.take(len);
+        assert_eq!(first.len(), len);
+        let at = first.as_ptr();
+        buffers.give(Cow::Owned(first));
+        let again = buffers.take(len - 100);
+        assert_eq!((again.as_ptr(), again.len()), (at, len - 100), "the kept buffer, sized to the body");
+        buffers.give(Cow::Owned(again));
+        assert_eq!(buffers.take(len).len(), len, "grown back to a full body");
+    }
+
+    #[test]
+    fn only_buffers_of_bodies_sized_for_placing_are_kept() {
+        let buffers = BodyBuffers::default();
+        buffers.give(Cow::Owned(vec![0u8; BodyBuffers::MIN_BYTES - 1]));
+        buffers.give(Cow::Owned(vec![0u8; BodyBuffers::KEPT_MAX_BYTES + 1]));
+        buffers.give(Cow::Borrowed(&[0u8; 16][..]));
+        assert!(buffers.0.lock().is_empty());
+        for _ in 0..BodyBuffers::KEPT + 5 {
+            buffers.give(Cow::Owned(vec![0u8; BodyBuffers::MIN_BYTES]));
+        }
+        assert_eq!(buffers.0.lock().len(), BodyBuffers::KEPT);
     }
 }

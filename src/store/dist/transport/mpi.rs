@@ -194,8 +194,18 @@ unsafe impl Send for Landing {}
 // SAFETY: as above; `at` only computes addresses.
 unsafe impl Sync for Landing {}
 
-/// Where a body is received: an address inside a [`Landing`].
+/// Where a body is received: an address inside a [`Landing`], or a buffer of the placement's
+/// own ([`PlacedAt::in_buffer`]).
 pub struct PlacedAt(*mut u8);
+
+impl PlacedAt {
+    /// The start of `buffer`, for a body of at most its length: the placement that names it
+    /// keeps the buffer's bytes where they are, and reads or writes none of them, until the
+    /// message's [`Placement::placed`] (a `Vec` it holds, moved but never resized meanwhile).
+    pub fn in_buffer(buffer: &mut [u8]) -> PlacedAt {
+        PlacedAt(buffer.as_mut_ptr())
+    }
+}
 
 impl Landing {
     /// Holds dense host `array` for writing, if nothing holds its memory now (never waits:
