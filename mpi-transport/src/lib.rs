@@ -341,15 +341,10 @@ struct Sending {
     _head: Vec<u8>,
 }
 
-/// `head_len` bytes at `head` followed by `body_len` (the head of a two-part message as it is
-/// sent).
-fn framed_head(head: *const u8, head_len: usize, body_len: usize) -> Vec<u8> {
-    let mut framed = Vec::with_capacity(head_len + BODY_LEN_BYTES);
-    if head_len > 0 {
-        // SAFETY: a posted message's head holds `head_len` readable bytes until its release
-        // (kvmpi_post_parts's contract), which comes after this send completes.
-        framed.extend_from_slice(unsafe { std::slice::from_raw_parts(head, head_len) });
-    }
+/// `head` followed by `body_len` (the head of a two-part message as it is sent).
+fn framed_head(head: &[u8], body_len: usize) -> Vec<u8> {
+    let mut framed = Vec::with_capacity(head.len() + BODY_LEN_BYTES);
+    framed.extend_from_slice(head);
     framed.extend_from_slice(&(body_len as u64).to_le_bytes());
     framed
 }
@@ -509,9 +504,16 @@ fn progress(
                 let (requests, head) = if out.body_len == 0 {
                     ([isend(out.data, out.len, out.tag), request_null], Vec::new())
                 } else {
-                    // The Vec's bytes stay where they are while `sending` holds it (moving
-                    // a Vec moves no bytes), until both requests complete.
-                    let head = framed_head(out.data, out.len, out.body_len);
+                    let head: &[u8] = if out.len == 0 {
+                        &[]
+                    } else {
+                        // SAFETY: a posted message's head holds `len` readable bytes until its
+                        // release (kvmpi_post_parts's contract), which comes after this send.
+                        unsafe { std::slice::from_raw_parts(out.data, out.len) }
+                    };
+                    // Its bytes stay where they are while `sending` holds it (moving a Vec
+                    // moves no bytes), until both requests complete.
+                    let head = framed_head(head, out.body_len);
                     ([isend(head.as_ptr(), head.len(), out.tag + HEAD_TAG_OFFSET), isend(out.body, out.body_len, out.tag)], head)
                 };
                 sending.push(Sending { requests, out, bulk, _head: head });
@@ -1016,11 +1018,11 @@ mod tests {
     fn a_head_carries_its_body_length_and_comes_back_unchanged() {
         let head = b"a head of some bytes".to_vec();
         for body_len in [1usize, 4096, (1 << 20) + 7, i32::MAX as usize] {
-            let framed = framed_head(head.as_ptr(), head.len(), body_len);
+            let framed = framed_head(&head, body_len);
             assert_eq!(framed.len(), head.len() + BODY_LEN_BYTES);
             assert_eq!(split_head(framed), Some((head.clone(), body_len)));
         }
-        let empty = framed_head(std::ptr::null(), 0, 9);
+        let empty = framed_head(&[], 9);
         assert_eq!(split_head(empty), Some((Vec::new(), 9)));
     }
 
