@@ -915,9 +915,9 @@ impl ServerCore {
 }
 
 /// Where a server receives the bodies of pushes (a worker sends a dense push's values apart
-/// from its head): a buffer of the server's own per push, so that a push held until the
-/// lower ranks of its round have been folded (`Round::hold`) is moved there instead of
-/// copied out of the transport's buffer.
+/// from its head): a buffer of the server's own for each body of `BodyBuffers::MIN_BYTES` or
+/// more, so that a push held until the lower ranks of its round have been folded
+/// (`Round::hold`) is moved there instead of copied out of the transport's buffer.
 struct PushBodies {
     core: Arc<ServerCore>,
     /// Per source, the buffers its bodies are being received into, in the order their heads
