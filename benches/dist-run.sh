@@ -4,7 +4,7 @@
 # scripts/pslite-launch) and libkvstore.so (MPI, scripts/kvstore-launch) in the same run; prints
 # each worker's median seconds per iteration, the ratio libkvstore / reference (worker medians
 # averaged), and the bytes a worker moves per step. Extra arguments go to distbench
-# (--iters N, --2bit). The libkvstore leg is skipped, with the library's message, while its dist
+# (--iters N, --2bit, --updater). The libkvstore leg is skipped, with the library's message, while its dist
 # Create answers an error.
 #
 # A/B of libkvstore builds and settings in the same run:

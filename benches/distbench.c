@@ -6,7 +6,11 @@
  * seconds per iteration over the workers' iterations, and the bytes a worker sends and
  * receives per step, computed from the sizes (the store's payload; protocol headers excluded).
  *
- *   distbench [--iters N] [--2bit]      (3 warm-up iterations first) */
+ * With --updater, worker 0 has every server install an updater (stored -= 0.01 * pushed sum,
+ * in place through MXNDArrayGetData), as a training job with the optimizer on the servers:
+ * a round's answers then wait for its update.
+ *
+ *   distbench [--iters N] [--2bit] [--updater]      (3 warm-up iterations first) */
 #define _POSIX_C_SOURCE 199309L
 #include "kvstore.h"
 #include <stdint.h>
@@ -46,8 +50,31 @@ static void resnet50(void) {
     }                                                                                  \
   } while (0)
 
-static void no_commands(int head, const char *body, void *handle) {
-  (void)head, (void)body, (void)handle;
+static KVStoreHandle server_kv;
+
+/* stored -= 0.01 * recv; the updater owns both handles. */
+static void sgd_updater(int key, NDArrayHandle recv, NDArrayHandle local, void *handle) {
+  (void)key, (void)handle;
+  int ndim;
+  const int *shape;
+  CHECK(MXNDArrayGetShapeEx(local, &ndim, &shape));
+  size_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+  void *r, *l;
+  CHECK(MXNDArrayWaitToRead(recv));
+  CHECK(MXNDArrayWaitToWrite(local));
+  CHECK(MXNDArrayGetData(recv, &r));
+  CHECK(MXNDArrayGetData(local, &l));
+  const float *rf = r;
+  float *lf = l;
+  for (size_t i = 0; i < n; i++) lf[i] -= 0.01f * rf[i];
+  CHECK(MXNDArrayFree(recv));
+  CHECK(MXNDArrayFree(local));
+}
+
+static void server_commands(int head, const char *body, void *handle) {
+  (void)handle;
+  if (head == 0 && !strcmp(body, "updater")) CHECK(MXKVStoreSetUpdater(server_kv, sgd_updater, NULL));
 }
 
 static double now(void) {
@@ -62,12 +89,13 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-  int iters = 10, two_bit = 0;
+  int iters = 10, two_bit = 0, updater = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--2bit")) two_bit = 1;
+    else if (!strcmp(argv[i], "--updater")) updater = 1;
     else {
-      fprintf(stderr, "usage: %s [--iters N] [--2bit]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--iters N] [--2bit] [--updater]\n", argv[0]);
       return 2;
     }
   }
@@ -80,7 +108,8 @@ int main(int argc, char **argv) {
     return 3;
   }
   if (!is_worker) {
-    CHECK(MXKVStoreRunServer(kv, no_commands, NULL));
+    server_kv = kv;
+    CHECK(MXKVStoreRunServer(kv, server_commands, NULL));
     return 0;
   }
   resnet50();
@@ -106,6 +135,10 @@ int main(int argc, char **argv) {
     free(host);
   }
   CHECK(MXKVStoreInit(kv, (mx_uint)nkeys, keys, weights));
+  if (updater) {
+    if (rank == 0) CHECK(MXKVStoreSendCommmandToServers(kv, 0, "updater"));
+    CHECK(MXKVStoreBarrier(kv));
+  }
   double *times = malloc(sizeof(double) * (size_t)iters);
   for (int it = -3; it < iters; it++) {
     double t0 = now();

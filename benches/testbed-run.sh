@@ -16,6 +16,8 @@
 # host i; ps-lite's scheduler on kvtb1; libkvstore through a hostfile of 2 slots a host).
 # --2bit: 2-bit gradient compression (threshold 0.5) on both libraries (distbench --2bit:
 # MXKVStoreSetGradientCompression, which MXNet's set_gradient_compression calls).
+# --updater: the servers update each key with a C updater (distbench --updater), as a job
+# with the optimizer on the servers: a round is answered after its update.
 # --mxnet-placement: a second libkvstore leg with KVSTORE_DIST_BALANCE=0 (small keys on
 # (key * 9973) % S, as MXNet), in the same run.
 # --base DIR: a leg of another build, the libkvstore.so and libkvstore_mpi.so in DIR (e.g.
@@ -24,7 +26,7 @@
 # --env NAME=VALUE (repeatable): set for this build's libkvstore leg (kvstore-launch --env).
 #
 #   benches/testbed-run.sh [--iters N (default 10)] [--rate 1gbit] [--workers W] [--servers S]
-#                          [--colocated] [--2bit] [--mxnet-placement] [--base DIR]
+#                          [--colocated] [--2bit] [--updater] [--mxnet-placement] [--base DIR]
 #                          [--no-reference] [--env NAME=VALUE] [--no-build] [--keep DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +40,7 @@ nworkers=2
 nservers=2
 colocated=0
 twobit=
+updater=
 mxnet_placement=0
 base=
 reference_leg=1
@@ -49,6 +52,7 @@ while [[ $# -gt 0 ]]; do
         --servers) nservers=${2:?}; shift 2 ;;
         --colocated) colocated=1; shift ;;
         --2bit) twobit=--2bit; shift ;;
+        --updater) updater=--updater; shift ;;
         --mxnet-placement) mxnet_placement=1; shift ;;
         --base) base=${2:?}; shift 2 ;;
         --no-reference) reference_leg=0; shift ;;
@@ -154,7 +158,7 @@ pslite_leg() {
             pids+=($!)
         done
         for h in $WORKER_HOSTS; do
-            timeout -k 5 "$limit_s" "$TB" exec $h "${env[@]}" DMLC_ROLE=worker "$exe" --iters "$iters" $twobit >"$out/ps.worker.$h" 2>&1 &
+            timeout -k 5 "$limit_s" "$TB" exec $h "${env[@]}" DMLC_ROLE=worker "$exe" --iters "$iters" $twobit $updater >"$out/ps.worker.$h" 2>&1 &
             workers+=($!)
         done
         status=0
@@ -176,7 +180,7 @@ kv_leg() {
     shift 2
     leg_start "$leg"
     timeout -k 5 "$limit_s" "$TB" run "$ROOT/scripts/kvstore-launch" -n "$nworkers" -s "$nservers" -H "$hostfile" --launcher ssh \
-        --timeout $((limit_s - 10)) "$@" "$exe" --iters "$iters" $twobit \
+        --timeout $((limit_s - 10)) "$@" "$exe" --iters "$iters" $twobit $updater \
         >"$out/$leg.txt" 2>"$out/$leg.err" || status=$?
     leg_end "$leg"
     if [[ $status != 0 ]]; then
@@ -218,6 +222,7 @@ echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 layout="$nworkers workers + $nservers servers"
 [[ $colocated == 0 ]] || layout="$layout, a worker and a server on each of $nhosts hosts"
 [[ -z $twobit ]] || layout="$layout, 2-bit compression"
+[[ -z $updater ]] || layout="$layout, an updater on the servers"
 echo "== $layout; links $rate"
 echo "== reference libmxnet.so: ps-lite, servers on $SERVER_HOSTS, workers on $WORKER_HOSTS"
 legs=

@@ -248,6 +248,22 @@ int main(int argc, char **argv) {
   expect_s += sum;
   CHECK(MXKVStorePushPull(kv, 1, &ks, 1, &ks, &vs, &os, 0));
   EXPECT_ALL(os, small, expect_s);
+  /* A key of 240 KB through the updater, split over the servers: each server's part of 64 KiB
+   * or more is answered from one copy for all its requests, in two-part messages whose bodies
+   * land straight in the output (a pull after a push, then a push-pull). */
+  int km = 6;
+  const uint32_t medium = 60000;
+  NDArrayHandle mi = f32_filled(medium, 100 * (rank + 1), 0), mv = f32_filled(medium, rank + 1, 0);
+  NDArrayHandle mo = f32_filled(medium, -1, 0);
+  CHECK(MXKVStoreInit(kv, 1, &km, &mi));
+  CHECK(MXKVStorePush(kv, 1, &km, &mv, 0));
+  pull1(kv, km, mo);
+  EXPECT_ALL(mo, medium, 100 + sum);
+  CHECK(MXKVStorePushPull(kv, 1, &km, 1, &km, &mv, &mo, 0));
+  EXPECT_ALL(mo, medium, 100 + 2 * sum);
+  CHECK(MXNDArrayFree(mi));
+  CHECK(MXNDArrayFree(mv));
+  CHECK(MXNDArrayFree(mo));
   /* Push-pull needs the same keys in both lists. */
   EXPECT(MXKVStorePushPull(kv, 1, &ks, 1, &kb, &vs, &ob, 0) == -1);
   /* Pull with ignore_sparse = 0 is refused on dist stores, as in MXNet. */

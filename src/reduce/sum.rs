@@ -86,6 +86,15 @@ const ADD_BLOCK_BYTES: usize = 16 << 10;
 /// `src` may start at any address (a payload inside a received message): a block of it that
 /// is not aligned for `dtype` is summed from an aligned copy.
 pub fn add_into(dtype: DType, dst: &mut [u8], src: &[u8]) {
+    // float32, nearly every pushed value, adds in place: a serial sum of two is one addition.
+    if dtype == DType::Float32 {
+        if let (Ok(dst), Ok(src)) = (bytemuck::try_cast_slice_mut::<u8, f32>(dst), bytemuck::try_cast_slice::<u8, f32>(src)) {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d += *s;
+            }
+            return;
+        }
+    }
     // u64 blocks: aligned for every element type.
     let mut before = [0u64; ADD_BLOCK_BYTES / 8];
     let mut aligned = [0u64; ADD_BLOCK_BYTES / 8];

@@ -51,6 +51,13 @@ struct Applied {
     requests: Vec<Request>,
 }
 
+/// A request answered with a range of a value: to rank `dest`, request `req`, bytes `range`.
+struct ValueAnswer {
+    dest: usize,
+    req: u64,
+    range: std::ops::Range<usize>,
+}
+
 /// A server's part of a key.
 struct Entry {
     dtype: DType,
@@ -138,10 +145,11 @@ pub struct Server {
     rank: usize,
 }
 
-/// The largest answered value that each request gets in a copy of its own, sent without
-/// waiting: a copy of this many bytes takes less than waiting for the send before it to leave
-/// (two thread handoffs, 100-200 us on a loaded machine).
-const OWN_COPY_MAX: usize = 1 << 20;
+/// Answered values from this size on are copied once for all the requests they answer and
+/// sent from that copy in place, each answer a two-part message whose body a worker receives
+/// straight into its pulled array; smaller ones go in a message of their own for each request
+/// (the MPI transport copies bodies this small into their message anyway).
+const SHARED_ANSWER_MIN: usize = 64 << 10;
 
 /// Reads an array's bytes once pending engine writes (an updater's ops) have finished.
 fn read_now<R>(a: &NDArray, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
@@ -437,7 +445,8 @@ impl ServerCore {
         };
         match value {
             Some(v) => {
-                if let Err(e) = read_now(&v, |b| self.reply(source, req, Ok(b))) {
+                let answer = |b: &[u8]| self.send_values(b, v.dtype(), vec![ValueAnswer { dest: source, req, range: 0..b.len() }]);
+                if let Err(e) = read_now(&v, answer) {
                     self.reply(source, req, Err(e.message().to_string()));
                 }
             }
@@ -834,34 +843,41 @@ impl ServerCore {
             read_now(&stored, |s| write_now(sd, |d| byte_kernels().copy_cast(DType::Float32, s, *dtype, d, 1)))??;
         }
         let answer = stored_dtype.map_or(stored, |(sd, _)| sd);
-        let esz = answer.dtype().size();
+        let (dtype, esz) = (answer.dtype(), answer.dtype().size());
         read_now(&answer, |value| {
-            // A value up to `OWN_COPY_MAX` bytes goes to each request in its own copy, sent
-            // without waiting; a larger one is encoded once for every push-pull of the round,
-            // only its request id changing between sends (each send returns once its buffer
-            // is free).
-            let shared = value.len() > OWN_COPY_MAX;
-            let mut with_value: Option<Vec<u8>> = None;
+            let mut answers = Vec::with_capacity(requests.len());
             for r in requests {
                 if !r.want_value {
                     self.reply(r.source, r.req, Ok(&[]));
                     continue;
                 }
-                if let Some((first, count)) = r.chunk {
-                    // A push-pull of one chunk gets that chunk of the value.
-                    self.reply(r.source, r.req, Ok(&value[first * esz..(first + count) * esz]));
-                    continue;
-                }
-                if r.pull || !shared {
-                    // A deferred pull is answered as a pull is (its own copy, not waited for).
-                    self.reply(r.source, r.req, Ok(value));
-                    continue;
-                }
-                let msg = with_value.get_or_insert_with(|| wire::encode(&Msg::Reply { req: r.req, ok: true, data: value }));
-                wire::set_reply_req(msg, r.req);
-                self.node.send(r.source, msg);
+                // A push-pull of one chunk gets that chunk of the value.
+                let range = r.chunk.map_or(0..value.len(), |(first, count)| first * esz..(first + count) * esz);
+                answers.push(ValueAnswer { dest: r.source, req: r.req, range });
             }
+            self.send_values(value, dtype, answers);
         })
+    }
+
+    /// Sends each answer its range of `value` (bytes of `dtype`), without waiting: from one
+    /// copy for them all (see [`SHARED_ANSWER_MIN`]), or where the value is smaller, the
+    /// answers cover less than all of it, or the copy cannot be allocated, a copy each. A copy
+    /// because the value itself is written again (the next round's sum, an update) while the
+    /// answers may still be leaving.
+    fn send_values(&self, value: &[u8], dtype: DType, answers: Vec<ValueAnswer>) {
+        let answered: usize = answers.iter().map(|a| a.range.len()).sum();
+        let copy = (value.len() >= SHARED_ANSWER_MIN && answered >= value.len())
+            .then(|| NDArray::with_bytes(&[value.len() / dtype.size()], STORE_CONTEXT, dtype, value).ok())
+            .flatten();
+        for ValueAnswer { dest, req, range } in answers {
+            match &copy {
+                Some(a) => self.node.send_parts(dest, wire::reply_header(req, true, 0), Body::new(a, range), false),
+                None => match value.get(range) {
+                    Some(bytes) => self.reply(dest, req, Ok(bytes)),
+                    None => self.reply(dest, req, Err("an answer outside the stored value".to_string())),
+                },
+            }
+        }
     }
 
     /// A worker has joined: the sync rounds waiting only for it complete now (its share is

@@ -207,14 +207,6 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
     }
 }
 
-/// Rewrites the request id of an encoded `Reply`, so one encoded answer can be sent to
-/// several requests.
-pub fn set_reply_req(msg: &mut [u8], req: u64) {
-    if msg.first() == Some(&REPLY) && msg.len() >= 9 {
-        msg[1..9].copy_from_slice(&req.to_le_bytes());
-    }
-}
-
 /// A cursor over a message's bytes.
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -310,8 +302,9 @@ mod tests {
         for m in &msgs {
             assert_eq!(&decode(&encode(m)).unwrap(), m);
         }
-        let mut reply = encode(&Msg::Reply { req: 3, ok: true, data: &data });
-        set_reply_req(&mut reply, 11);
+        // A reply's head then its data, as a two-part message arrives whole.
+        let mut reply = reply_header(11, true, data.len());
+        reply.extend_from_slice(&data);
         assert_eq!(decode(&reply).unwrap(), Msg::Reply { req: 11, ok: true, data: &data });
         assert!(decode(&[]).is_err());
         assert!(decode(&[PULL, 1, 2]).is_err());
