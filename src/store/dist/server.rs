@@ -51,10 +51,11 @@ struct Applied {
     requests: Vec<Request>,
 }
 
-/// A request answered with a range of a value: to rank `dest`, request `req`, bytes `range`.
+/// An answer carrying a range of a value: to rank `dest`, its message `head` (a `Reply` or
+/// `ReplyPart` without data), then bytes `range` of the value.
 struct ValueAnswer {
     dest: usize,
-    req: u64,
+    head: Vec<u8>,
     range: std::ops::Range<usize>,
 }
 
@@ -445,7 +446,8 @@ impl ServerCore {
         };
         match value {
             Some(v) => {
-                let answer = |b: &[u8]| self.send_values(b, v.dtype(), vec![ValueAnswer { dest: source, req, range: 0..b.len() }]);
+                let head = wire::reply_header(req, true, 0);
+                let answer = |b: &[u8]| self.send_values(b, v.dtype(), vec![ValueAnswer { dest: source, head, range: 0..b.len() }]);
                 if let Err(e) = read_now(&v, answer) {
                     self.reply(source, req, Err(e.message().to_string()));
                 }
@@ -759,12 +761,9 @@ impl ServerCore {
         let (dtype, esz) = (value.dtype(), value.dtype().size());
         let sent = read_now(&value, |bytes| {
             for ((first, count), requests) in &chunks {
+                // The value itself is being folded into by the chunks still arriving.
                 let chunk = &bytes[first * esz..(first + count) * esz];
-                // One copy of the chunk for all its answers, each sent from it in place (the
-                // value itself is being folded into by the chunks still arriving); where that
-                // cannot be allocated, a copy per answer.
-                let wanted = requests.iter().any(|r| r.pull || r.want_value);
-                let copy = wanted.then(|| NDArray::with_bytes(&[*count], STORE_CONTEXT, dtype, chunk).ok()).flatten();
+                let mut answers = Vec::with_capacity(requests.len());
                 for r in requests {
                     let head = if r.pull {
                         wire::reply_part_header(r.req, (first * esz) as u64, 0)
@@ -774,15 +773,9 @@ impl ServerCore {
                         self.reply(r.source, r.req, Ok(&[]));
                         continue;
                     };
-                    match &copy {
-                        Some(a) => self.node.send_parts(r.source, head, Body::new(a, 0..chunk.len()), false),
-                        None => {
-                            let mut msg = head;
-                            msg.extend_from_slice(chunk);
-                            self.node.send_owned(r.source, msg, false);
-                        }
-                    }
+                    answers.push(ValueAnswer { dest: r.source, head, range: 0..chunk.len() });
                 }
+                self.send_values(chunk, dtype, answers);
             }
         });
         if let Err(e) = sent {
@@ -853,7 +846,7 @@ impl ServerCore {
                 }
                 // A push-pull of one chunk gets that chunk of the value.
                 let range = r.chunk.map_or(0..value.len(), |(first, count)| first * esz..(first + count) * esz);
-                answers.push(ValueAnswer { dest: r.source, req: r.req, range });
+                answers.push(ValueAnswer { dest: r.source, head: wire::reply_header(r.req, true, 0), range });
             }
             self.send_values(value, dtype, answers);
         })
@@ -862,20 +855,22 @@ impl ServerCore {
     /// Sends each answer its range of `value` (bytes of `dtype`), without waiting: from one
     /// copy for them all (see [`SHARED_ANSWER_MIN`]), or where the value is smaller, the
     /// answers cover less than all of it, or the copy cannot be allocated, a copy each. A copy
-    /// because the value itself is written again (the next round's sum, an update) while the
-    /// answers may still be leaving.
+    /// because the value itself is written again (the next round's sum, an update, the chunks
+    /// still being folded into it) while the answers may still be leaving.
     fn send_values(&self, value: &[u8], dtype: DType, answers: Vec<ValueAnswer>) {
         let answered: usize = answers.iter().map(|a| a.range.len()).sum();
         let copy = (value.len() >= SHARED_ANSWER_MIN && answered >= value.len())
             .then(|| NDArray::with_bytes(&[value.len() / dtype.size()], STORE_CONTEXT, dtype, value).ok())
             .flatten();
-        for ValueAnswer { dest, req, range } in answers {
+        for ValueAnswer { dest, head, range } in answers {
             match &copy {
-                Some(a) => self.node.send_parts(dest, wire::reply_header(req, true, 0), Body::new(a, range), false),
-                None => match value.get(range) {
-                    Some(bytes) => self.reply(dest, req, Ok(bytes)),
-                    None => self.reply(dest, req, Err("an answer outside the stored value".to_string())),
-                },
+                Some(a) => self.node.send_parts(dest, head, Body::new(a, range), false),
+                None => {
+                    // Ranges come from the server's own rounds and chunks, always inside.
+                    let mut msg = head;
+                    msg.extend_from_slice(&value[range]);
+                    self.node.send_owned(dest, msg, false);
+                }
             }
         }
     }
