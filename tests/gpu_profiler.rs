@@ -10,6 +10,7 @@
 //!   upload and the host pull carry the arrays' sizes, every other copy an array's size;
 //! - the kernels on the rows are exactly the launches (device, name, grid, block), in launch
 //!   order per device, with the bytes and elements of what they write;
+//! - each item carries `enqueued_us`, the host time of its call, no later than its start;
 //! - spans on one stream never overlap and come in order; each kernel lies within its engine
 //!   op's span (`gpu_sum`, `gpu_compressed_sum`), which are in the trace with `gpu_copy`;
 //! - with the profiler stopped, nothing GPU is recorded and no timing event is created.
@@ -285,6 +286,13 @@ fn gpu_copies_and_kernels_appear_per_stream_with_bytes_timed_by_events_and_only_
             k.end,
             engine.iter().filter(|e| e.name == op).map(|e| (e.start, e.end)).collect::<Vec<_>>()
         );
+    }
+    // Each item carries the host time its call was made (the trace's clock): before the GPU
+    // started it, give or take the same error, and not long before (the run takes seconds).
+    for s in &gpu {
+        let enqueued = s.int("enqueued_us") as f64;
+        assert!(enqueued <= s.start + SLACK_US, "{} enqueued at {enqueued} after it started: {s:?}", s.name);
+        assert!(enqueued >= s.start - 60e6, "{} enqueued at {enqueued}, long before it started: {s:?}", s.name);
     }
     // Each span had its two timing events.
     let timing_events = |calls: &[BTreeMap<String, String>]| {

@@ -12,6 +12,8 @@
 //! completion thread once the op's work finished. The reference is renewed when older than
 //! [`REFRESH_US`], so elapsed times stay short (the driver answers them as `f32` ms).
 //!
+//! Each item's args also carry `enqueued_us`, the host time its call was made, on the same clock.
+//!
 //! While recording, an item's start event, its call and its end event are enqueued under a
 //! lock per stream, so that no other thread's work lands between the two events; with the
 //! profiler off nothing here runs (one relaxed atomic load per enqueue, in `Queue::on_item`).
@@ -173,12 +175,16 @@ pub(crate) fn around(
     call: impl FnOnce(&Api, Handle) -> Result<(), String>,
 ) -> Result<Option<Timed>, String> {
     let Ok(rt) = runtime() else { return call(api, stream).map(|()| None) };
+    let enqueued_us = profiler::now_us();
     let start = Mark::record(rt, api, ordinal, stream);
     call(api, stream)?;
     let end = Mark::record(rt, api, ordinal, stream);
     drop(recording.stream);
     let (Some(start), Some(end)) = (start, end) else { return Ok(None) };
-    let (name, args) = label();
+    let (name, mut args) = label();
+    // Whether the GPU waited for the host: an item enqueued after its stream went idle starts
+    // late by the host's delay, not by the stream's work ahead of it.
+    args.push(("enqueued_us", profiler::Arg::Int(enqueued_us.round() as i64)));
     Ok(Some(Timed { ordinal, lane, start, end, reference: recording.reference, name, args }))
 }
 

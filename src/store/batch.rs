@@ -15,8 +15,9 @@ const HOST_BATCH_BYTES: usize = 4 << 20;
 
 /// Bytes moved per batch of GPU work: a GPU runs a device's work on one stream whichever op
 /// enqueued it, so more ops only add what each costs between the GPU finishing one and
-/// starting work that waits for it (its event noticed, the next op's work enqueued).
-const GPU_BATCH_BYTES: usize = 64 << 20;
+/// starting work that waits for it (its event noticed, the next op's work enqueued), and the
+/// calling thread's cost per op; ResNet-50's parameters (102 MB a value) take two or three.
+const GPU_BATCH_BYTES: usize = 256 << 20;
 
 /// Keys per batch of GPU work: enqueueing a key's work costs its op's thread about a
 /// microsecond, so a call of thousands of small keys is still spread over the workers.
@@ -133,10 +134,10 @@ mod tests {
         let got = batches(jobs, |j| *j, |_| BackendKind::Host);
         let sizes: Vec<Vec<usize>> = got.into_iter().map(|(_, _, b)| b).collect();
         assert_eq!(sizes, vec![vec![1 << 20, 2 << 20, 1 << 20], vec![8 << 20], vec![4]]);
-        let jobs: Vec<usize> = vec![1 << 20, 8 << 20, 60 << 20, 4];
+        let jobs: Vec<usize> = vec![1 << 20, 8 << 20, 60 << 20, 4, 250 << 20, 1];
         let got = batches(jobs, |j| *j, |_| BackendKind::Gpu);
         let sizes: Vec<Vec<usize>> = got.into_iter().map(|(_, _, b)| b).collect();
-        assert_eq!(sizes, vec![vec![1 << 20, 8 << 20], vec![60 << 20, 4]], "GPU batches are bigger");
+        assert_eq!(sizes, vec![vec![1 << 20, 8 << 20, 60 << 20, 4], vec![250 << 20, 1]], "GPU batches are bigger");
         let got = batches(vec![4096usize; 600], |j| *j, |_| BackendKind::Gpu);
         let lens: Vec<usize> = got.iter().map(|(_, _, b)| b.len()).collect();
         assert_eq!(lens, vec![256, 256, 88], "GPU batches take at most GPU_BATCH_JOBS keys");
