@@ -4,13 +4,26 @@
 # ctests/gpu_diff.c, ctests/gpu_nccl.c, ctests/gpu_absent.c and ctests/gpu_standin.c, benches/gpubench.c
 # (rpath $ORIGIN/../lib), the driver-call tracer ctests/cuda_audit.c, and scripts/test-gpu.sh. Hand the folder to the device machine (the device tool's `carry`:
 # [".gpu-bundle"]) and run `bash .gpu-bundle/test-gpu.sh [--bench]` there.
+# --variant NAME=DIR (repeatable): also DIR/libkvstore.so (another build: an earlier commit, a
+# changed constant) as .gpu-bundle/var/NAME, for `bash .gpu-bundle/gpu-ab.sh` (benches/gpu-ab.sh),
+# which runs gpubench on this build and each variant alternately. Libraries go without their
+# debug info (`strip -g`): the device tool carries 64 MiB at most.
 set -euo pipefail
+variants=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --variant) [[ "${2:-}" =~ ^[A-Za-z0-9_.-]+=.+ ]] || { echo "usage: $0 [--variant NAME=DIR]..." >&2; exit 2; }
+      [ -f "${2#*=}/libkvstore.so" ] || { echo "gpu-bundle: no libkvstore.so in ${2#*=}" >&2; exit 2; }
+      variants+=("${2%%=*}=$(cd "${2#*=}" && pwd)"); shift 2 ;;
+    *) echo "usage: $0 [--variant NAME=DIR]..." >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --lib
 out=.gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/bin"
-cp target/release/libkvstore.so "$out/lib/"
+strip -g -o "$out/lib/libkvstore.so" target/release/libkvstore.so
 # The programs record the SONAME (libkvstore.so.<major>, build.rs), as they do when linked to an install.
 soname=$(readelf -d target/release/libkvstore.so | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 ln -sf libkvstore.so "$out/lib/$soname"
@@ -20,5 +33,10 @@ for p in ctests/gpu_diff ctests/gpu_nccl ctests/gpu_absent ctests/gpu_standin be
 done
 # The driver-call tracer for the steady-loop allocation check (LD_AUDIT).
 cc -std=c11 -O1 -g -Wall -Wextra -Werror -shared -fPIC ctests/cuda_audit.c -o "$out/lib/cuda_audit.so"
-cp scripts/test-gpu.sh "$out/"
+cp scripts/test-gpu.sh benches/gpu-ab.sh "$out/"
+for v in ${variants[@]+"${variants[@]}"}; do
+  mkdir -p "$out/var/${v%%=*}"
+  strip -g -o "$out/var/${v%%=*}/libkvstore.so" "${v#*=}/libkvstore.so"
+  ln -sf libkvstore.so "$out/var/${v%%=*}/$soname"
+done
 du -sh "$out"

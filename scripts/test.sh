@@ -55,8 +55,15 @@ scripts/standin-asan.sh
 # ctests/*.c on GPU arrays under ASan, fault injection, the steady push/pull trace.
 # scripts/test-gpu.sh, the script a lent GPU machine runs, runs unchanged on the stand-in with
 # 4 devices (compute-sanitizer skipped; gpubench for its values only).
-scripts/gpu-bundle.sh >/dev/null
+# benches/gpu-ab.sh, the A/B of builds a lent GPU runs, once on the stand-in with this build as
+# its own variant: its table must name both builds and give the ratio.
+scripts/gpu-bundle.sh --variant same=target/release >/dev/null
 LD_LIBRARY_PATH="$(scripts/cuda-standin.sh | tail -1)" CUDA_STANDIN_DEVICES=4 bash .gpu-bundle/test-gpu.sh --bench
+ab=$(LD_LIBRARY_PATH="$(scripts/cuda-standin.sh | tail -1)" CUDA_STANDIN_DEVICES=1 bash .gpu-bundle/gpu-ab.sh --rounds 1 --iters 1 --workload latency)
+echo "$ab"
+if ! grep -q "same/this" <<<"$ab" || ! grep -qE '^latency gpu +[0-9.e+-]+ +[0-9.e+-]+ +[0-9.]+$' <<<"$ab"; then
+  echo "FAIL: gpu-ab.sh printed no A/B table"; exit 1
+fi
 # MXNet's own GPU KVStore tests, unchanged, on the stand-in (read from an apache/mxnet git
 # directory when one is found: $MXNET_SOURCE or the fetch mirror; says so when there is none).
 tests/gpu/mxnet-gpu-tests.sh
