@@ -34,7 +34,7 @@ done
 # The driver-call tracer for the steady-loop allocation check (LD_AUDIT).
 cc -std=c11 -O1 -g -Wall -Wextra -Werror -shared -fPIC ctests/cuda_audit.c -o "$out/lib/cuda_audit.so"
 cp scripts/test-gpu.sh benches/gpu-ab.sh "$out/"
-for v in ${variants[@]+"${variants[@]}"}; do
+for v in "${variants[@]}"; do
   mkdir -p "$out/var/${v%%=*}"
   strip -g -o "$out/var/${v%%=*}/libkvstore.so" "${v#*=}/libkvstore.so"
   ln -sf libkvstore.so "$out/var/${v%%=*}/$soname"

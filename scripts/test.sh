@@ -58,8 +58,9 @@ scripts/standin-asan.sh
 # benches/gpu-ab.sh, the A/B of builds a lent GPU runs, once on the stand-in with this build as
 # its own variant: its table must name both builds and give the ratio.
 scripts/gpu-bundle.sh --variant same=target/release >/dev/null
-LD_LIBRARY_PATH="$(scripts/cuda-standin.sh | tail -1)" CUDA_STANDIN_DEVICES=4 bash .gpu-bundle/test-gpu.sh --bench
-ab=$(LD_LIBRARY_PATH="$(scripts/cuda-standin.sh | tail -1)" CUDA_STANDIN_DEVICES=1 bash .gpu-bundle/gpu-ab.sh --rounds 1 --iters 1 --workload latency)
+standin_dir="$(scripts/cuda-standin.sh | tail -1)"
+LD_LIBRARY_PATH="$standin_dir" CUDA_STANDIN_DEVICES=4 bash .gpu-bundle/test-gpu.sh --bench
+ab=$(LD_LIBRARY_PATH="$standin_dir" CUDA_STANDIN_DEVICES=1 bash .gpu-bundle/gpu-ab.sh --rounds 1 --iters 1 --workload latency)
 echo "$ab"
 if ! grep -q "same/this" <<<"$ab" || ! grep -qE '^latency gpu +[0-9.e+-]+ +[0-9.e+-]+ +[0-9.]+$' <<<"$ab"; then
   echo "FAIL: gpu-ab.sh printed no A/B table"; exit 1
