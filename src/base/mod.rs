@@ -8,6 +8,7 @@ mod cast;
 mod context;
 mod dtype;
 pub mod element;
+pub(crate) mod id_hasher;
 mod padded;
 pub(crate) mod prefetch;
 

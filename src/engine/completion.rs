@@ -45,6 +45,12 @@ impl Completion {
         self.done.load(Ordering::Acquire)
     }
 
+    /// How many waiter entries it holds (an op waiting twice counts twice).
+    #[cfg(test)]
+    pub(crate) fn waiter_entries(&self) -> usize {
+        self.state.lock().waiters.len()
+    }
+
     /// Makes `op` wait for this completion, unless it has finished or `op`'s work is ordered
     /// after it on a device stream.
     pub(crate) fn add_waiter(&self, op: &Arc<Op>) -> Wait {

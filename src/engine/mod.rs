@@ -319,6 +319,18 @@ pub fn engine() -> &'static Engine {
 /// Asks for the variable a few places after `i`: each is on its own cache line, usually not
 /// in this core's cache, and its lock would otherwise wait for each miss in turn.
 #[inline(always)]
+/// Adds an unfinished `dep` to an op's dependencies, unless it is among the few added last:
+/// the arrays of one op usually come from the same few ops before it (a pull of thousands of
+/// keys reads the sums of a few batches; a write after a read waits for the read and the write
+/// before it), and each entry costs a waiter entry and a release.
+fn add_dep(deps: &mut Vec<Arc<Completion>>, dep: Arc<Completion>) {
+    const RECENT: usize = 4;
+    let recent = &deps[deps.len().saturating_sub(RECENT)..];
+    if !dep.is_done() && !recent.iter().any(|d| Arc::ptr_eq(d, &dep)) {
+        deps.push(dep);
+    }
+}
+
 fn prefetch_ahead(vars: &[&Var], i: usize) {
     const AHEAD: usize = 8;
     if let Some(v) = vars.get(i + AHEAD) {
@@ -417,8 +429,9 @@ impl Engine {
                 disjoint = false;
                 continue;
             }
-            deps.extend(s.last_write.take().filter(|w| !w.is_done()));
-            deps.extend(s.reads_since_write.take_all().filter(|r| !r.is_done()));
+            for dep in s.last_write.take().into_iter().chain(s.reads_since_write.take_all()) {
+                add_dep(&mut deps, dep);
+            }
             s.last_write = Some(Arc::clone(&completion));
             s.ops += 1;
         }
@@ -435,9 +448,9 @@ impl Engine {
             }
             // A finished writer is forgotten: it is usually the op that filled the array long
             // ago, a completion of its own whose line every later read would otherwise miss.
-            match s.last_write.as_ref().map(|w| w.is_done()) {
-                Some(false) => deps.extend(s.last_write.clone()),
-                Some(true) => s.last_write = None,
+            match &s.last_write {
+                Some(w) if !w.is_done() => add_dep(&mut deps, Arc::clone(w)),
+                Some(_) => s.last_write = None,
                 None => {}
             }
             s.reads_since_write.prune();
@@ -928,6 +941,38 @@ mod tests {
         engine().push(&[&var], &[&var], 0, |_| Ok(()));
         assert_eq!(count(), 4, "an op reading and writing it counts once");
         engine().wait_to_write(&var).unwrap();
+    }
+
+    #[test]
+    fn an_op_reading_many_arrays_of_one_unfinished_writer_waits_for_it_once() {
+        let vars: Vec<Var> = (0..300).map(|_| Var::new()).collect();
+        let refs: Vec<&Var> = vars.iter().collect();
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        engine().push(&[], &refs, 0, move |_| {
+            gate.recv().ok();
+            Ok(())
+        });
+        let writer = vars[0].state.lock().last_write.clone().expect("the writer is registered");
+        let (done, seen) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let d = Arc::clone(&done);
+        engine().push(&refs, &[], 0, move |_| {
+            d.store(1, Ordering::SeqCst);
+            Ok(())
+        });
+        assert_eq!(writer.waiter_entries(), 1, "one waiter entry for 300 arrays of one writer");
+        // A writer after both waits for each of them once, not for 300 reads and writes.
+        let s = Arc::clone(&seen);
+        let d = Arc::clone(&done);
+        engine().push(&[], &refs, 0, move |_| {
+            s.store(d.load(Ordering::SeqCst), Ordering::SeqCst);
+            Ok(())
+        });
+        assert_eq!(writer.waiter_entries(), 2, "the reader and the second writer, once each");
+        release.send(()).unwrap();
+        for v in &vars {
+            engine().wait_to_write(v).unwrap();
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "the last writer ran after the reader");
     }
 
     #[test]

@@ -35,13 +35,45 @@ pub struct SmallKey {
     /// Device address of the output.
     pub dst: u64,
     /// Device addresses of the values, in push order.
-    pub srcs: Vec<u64>,
+    pub srcs: Sources,
     /// Elements.
     pub n: u64,
     /// Element type (not bool: the store refuses bool sums).
     pub dtype: DType,
     /// Association.
     pub order: SumOrder,
+}
+
+/// A key's source addresses: a copy's one inline (a pull of thousands of keys would
+/// otherwise allocate a vector per output), a sum's in a vector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sources {
+    /// One source.
+    One(u64),
+    /// Any number of sources.
+    Many(Vec<u64>),
+}
+
+impl Sources {
+    /// The addresses, in order.
+    pub fn as_slice(&self) -> &[u64] {
+        match self {
+            Sources::One(addr) => std::slice::from_ref(addr),
+            Sources::Many(addrs) => addrs,
+        }
+    }
+}
+
+impl From<Vec<u64>> for Sources {
+    fn from(addrs: Vec<u64>) -> Sources {
+        Sources::Many(addrs)
+    }
+}
+
+impl FromIterator<u64> for Sources {
+    fn from_iter<I: IntoIterator<Item = u64>>(addrs: I) -> Sources {
+        Sources::Many(addrs.into_iter().collect())
+    }
 }
 
 /// A packed table, ready to upload.
@@ -69,12 +101,12 @@ pub fn pack(keys: &[SmallKey], elems_per_block: u32) -> crate::Result<PackedTabl
     crate::ensure!(elems_per_block > 0, "elems_per_block must be positive");
     let live: Vec<&SmallKey> = keys.iter().filter(|k| k.n > 0).collect();
     for k in &live {
-        crate::ensure!(!k.srcs.is_empty(), "a fused key needs at least one source");
+        crate::ensure!(!k.srcs.as_slice().is_empty(), "a fused key needs at least one source");
         crate::ensure!(k.dtype != DType::Bool, "bool values cannot be summed");
     }
     let desc_bytes = live.len() * std::mem::size_of::<KeyDesc>();
     let mut descs = Vec::with_capacity(live.len());
-    let mut pointers: Vec<u64> = Vec::new();
+    let mut pointers: Vec<u64> = Vec::with_capacity(live.iter().map(|k| k.srcs.as_slice().len()).sum());
     let mut block = 0u64;
     for k in &live {
         descs.push(KeyDesc {
@@ -82,7 +114,7 @@ pub fn pack(keys: &[SmallKey], elems_per_block: u32) -> crate::Result<PackedTabl
             srcs_offset: (desc_bytes + pointers.len() * 8) as u64,
             n: k.n,
             block_start: block,
-            n_src: u32::try_from(k.srcs.len()).map_err(|_| crate::Error::new("too many sources for one key"))?,
+            n_src: u32::try_from(k.srcs.as_slice().len()).map_err(|_| crate::Error::new("too many sources for one key"))?,
             dtype: k.dtype as u32,
             order: match k.order {
                 SumOrder::Serial => 0,
@@ -90,7 +122,7 @@ pub fn pack(keys: &[SmallKey], elems_per_block: u32) -> crate::Result<PackedTabl
             },
             reserved: 0,
         });
-        pointers.extend_from_slice(&k.srcs);
+        pointers.extend_from_slice(k.srcs.as_slice());
         block += k.n.div_ceil(elems_per_block as u64);
     }
     let mut bytes = Vec::with_capacity(desc_bytes + pointers.len() * 8);
@@ -135,7 +167,11 @@ mod tests {
     }
 
     fn key(n: u64, srcs: &[u64], dtype: DType) -> SmallKey {
-        SmallKey { dst: 0x1000 + n, srcs: srcs.to_vec(), n, dtype, order: SumOrder::Serial }
+        let srcs = match srcs {
+            [one] => Sources::One(*one),
+            _ => srcs.to_vec().into(),
+        };
+        SmallKey { dst: 0x1000 + n, srcs, n, dtype, order: SumOrder::Serial }
     }
 
     #[test]
@@ -166,7 +202,7 @@ mod tests {
         for (d, k) in descs.iter().zip(&live) {
             let at = d.srcs_offset as usize;
             let ptrs: &[u64] = bytemuck::cast_slice(&t.bytes[at..at + 8 * d.n_src as usize]);
-            assert_eq!(ptrs, &k.srcs[..]);
+            assert_eq!(ptrs, k.srcs.as_slice());
             assert_eq!(d.dst, k.dst);
             assert_eq!(d.dtype, k.dtype as u32);
             assert_eq!(d.srcs_offset % 8, 0);

@@ -11,8 +11,10 @@
 //! runs over all keys again (the list stays sorted between runs, new keys appended): keys
 //! already placed keep their buffer, but the load is counted where the new run puts them.
 
+use crate::base::id_hasher::IdHasher;
 use crate::base::Context;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 /// libstdc++'s `std::sort` (introsort: median-of-three quicksort down to runs of 16, heap
 /// sort past the depth limit, then insertion sort), with `less` as the comparator.
@@ -310,7 +312,8 @@ pub struct KeyAttr {
 #[derive(Debug, Default)]
 pub struct MergePlacement {
     sorted: Vec<KeyAttr>,
-    placed: HashMap<i32, Context>,
+    /// Looked up for every key of every push: hashed as the store's entries are.
+    placed: HashMap<i32, Context, BuildHasherDefault<IdHasher>>,
     inited: bool,
 }
 

@@ -120,7 +120,7 @@ impl NDArray {
     }
 
     fn from_payload(payload: Payload, shape: &[usize], ctx: Context, dtype: DType, stype: StorageType) -> NDArray {
-        NDArray { chunk: Arc::new(Chunk::new(payload)), shape: shape.into(), dtype, ctx, stype, offset: 0 }
+        NDArray { chunk: Arc::new(Chunk::new(payload, stype == StorageType::Default)), shape: shape.into(), dtype, ctx, stype, offset: 0 }
     }
 
     /// Logical shape.
@@ -280,8 +280,7 @@ impl NDArray {
         if self.stype != StorageType::Default {
             return None;
         }
-        let start = self.byte_range().start;
-        self.chunk.payload.read_recursive().data.device_ptr().map(|p| p.offset(start))
+        self.chunk.dense_device.map(|p| p.offset(self.byte_range().start))
     }
 
     /// Where the values held start in a GPU's memory (a dense view, or a sparse array's
@@ -299,12 +298,13 @@ impl NDArray {
         if self.stype != StorageType::Default {
             return None;
         }
+        if let Some(device) = self.device_ptr() {
+            return Some(crate::gpu::Place::Device(device));
+        }
         let start = self.byte_range().start;
-        let payload = self.chunk.payload.read_recursive();
-        match &payload.data {
-            Memory::Device(d) => Some(crate::gpu::Place::Device(d.ptr().offset(start))),
+        match &self.chunk.payload.read_recursive().data {
             Memory::Pinned(p) => Some(crate::gpu::Place::Host(p.at(start))),
-            Memory::Host(_) | Memory::Foreign(_) => None,
+            Memory::Device(_) | Memory::Host(_) | Memory::Foreign(_) => None,
         }
     }
 

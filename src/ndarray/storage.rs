@@ -89,12 +89,23 @@ pub struct Chunk {
     /// What backends keep with this memory from one op to the next, dropped with it
     /// ([`super::NDArray::kept`]).
     pub kept: parking_lot::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    /// A dense chunk's device address, read without the lock: a dense chunk's memory is never
+    /// replaced (only a sparse array's rows are), and a GPU op over thousands of arrays would
+    /// otherwise take each one's lock in turn, a locked instruction on a line another core
+    /// last wrote, which no later access can overlap.
+    pub dense_device: Option<crate::gpu::DevicePtr>,
 }
 
 impl Chunk {
-    /// A chunk holding `payload`.
-    pub fn new(payload: Payload) -> Chunk {
-        Chunk { payload: CachePadded::new(RwLock::new(payload)), var: CachePadded::new(Var::new()), kept: parking_lot::Mutex::new(Vec::new()) }
+    /// A chunk holding `payload`, the memory of a dense array when `dense`.
+    pub fn new(payload: Payload, dense: bool) -> Chunk {
+        let dense_device = if dense { payload.data.device_ptr() } else { None };
+        Chunk {
+            payload: CachePadded::new(RwLock::new(payload)),
+            var: CachePadded::new(Var::new()),
+            kept: parking_lot::Mutex::new(Vec::new()),
+            dense_device,
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use crate::backend::CopyJob;
 use crate::base::DType;
 use crate::engine::{engine, DeviceOp, OpDone, Var};
 use crate::error::{Error, Result};
-use crate::gpu::fused::SmallKey;
+use crate::gpu::fused::{SmallKey, Sources};
 use crate::gpu::sums::{self, SMALL_KEY_ELEMS};
 use crate::gpu::{PinnedMemory, Place, Queue};
 use crate::ndarray::NDArray;
@@ -86,7 +86,9 @@ pub(super) fn push_pairs(pairs: Pairs, priority: i32) {
             reads.push(job.src.var());
         }
     }
-    let writes: Vec<&Var> = pairs.iter().map(|(_, d)| d.var()).collect();
+    // Sized up front (see `sum::push_sums`).
+    let mut writes: Vec<&Var> = Vec::with_capacity(pairs.len());
+    writes.extend(pairs.iter().map(|(_, d)| d.var()));
     let pairs_for_op = Arc::clone(&pairs);
     // A tiny op of copies within one GPU is ordered by that GPU's stream: it need not wait
     // for the op writing its sources to finish (its table goes by value: no kept memory that
@@ -119,7 +121,7 @@ fn run_copies(pairs: Arc<Pairs>, done: OpDone) {
     let bytes = pairs.iter().map(|(s, _)| s.data_byte_len()).sum();
     let span = pairs.iter().next().map(|(_, shown)| super::traced_span("gpu_copy", pairs.len(), bytes, shown));
     let mut q = Queue::new();
-    let landings = enqueue_copies(&mut q, pairs.iter());
+    let landings = enqueue_copies(&mut q, pairs.iter(), pairs.len());
     let (signal, stream) = (done.stream_signal(), q.only_compute_stream());
     q.finish(
         Box::new(move |outcome| {
@@ -136,7 +138,8 @@ fn run_copies(pairs: Arc<Pairs>, done: OpDone) {
 /// Enqueues `dst = src` for every pair (each a driver copy, see [`is_driver_copy`]): small ones
 /// within a GPU in one fused launch per device, the others as driver copies. Returns the
 /// pageable destinations to fill from their staging buffers once the work has finished.
-pub(super) fn enqueue_copies<'a>(q: &mut Queue, pairs: impl IntoIterator<Item = (&'a NDArray, &'a NDArray)>) -> Landings {
+/// `count`: how many pairs there are (each device's fused table is sized for them).
+pub(super) fn enqueue_copies<'a>(q: &mut Queue, pairs: impl IntoIterator<Item = (&'a NDArray, &'a NDArray)>, count: usize) -> Landings {
     let mut landings = Landings::new();
     // Per device: the small copies within it, and the first one's destination (keeping the table).
     let mut fused: Vec<(i32, Vec<SmallKey>, &'a NDArray)> = Vec::new();
@@ -149,7 +152,11 @@ pub(super) fn enqueue_copies<'a>(q: &mut Queue, pairs: impl IntoIterator<Item = 
             Some((ordinal, key)) if (key.n as usize) * key.dtype.size() <= FUSED_COPY_MAX_BYTES => {
                 match fused.iter_mut().find(|(o, _, _)| *o == ordinal) {
                     Some((_, keys, _)) => keys.push(key),
-                    None => fused.push((ordinal, vec![key], dst)),
+                    None => {
+                        let mut keys = Vec::with_capacity(count);
+                        keys.push(key);
+                        fused.push((ordinal, keys, dst));
+                    }
                 }
             }
             Some((ordinal, key)) => match bigger.iter_mut().find(|(o, _)| *o == ordinal) {
@@ -196,7 +203,7 @@ fn fusable_copy(src: &NDArray, dst: &NDArray) -> Option<(i32, SmallKey)> {
         })
         .unwrap_or(DType::Uint8);
     let n = bytes / dtype.size() as u64;
-    Some((to.ordinal, SmallKey { dst: to.addr, srcs: vec![from.addr], n, dtype, order: SumOrder::Serial }))
+    Some((to.ordinal, SmallKey { dst: to.addr, srcs: Sources::One(from.addr), n, dtype, order: SumOrder::Serial }))
 }
 
 /// Where a GPU copy reads `src`: its own device or pinned memory, or (pageable host memory)

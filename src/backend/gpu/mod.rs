@@ -128,13 +128,23 @@ impl Gpu {
     }
 }
 
+/// `batch` split into the jobs that satisfy `pred` and the others, in order. A batch is
+/// usually all of one kind: it then moves whole rather than job by job into a growing vector.
+fn split<T>(batch: Vec<T>, pred: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
+    if batch.iter().all(&pred) {
+        (batch, Vec::new())
+    } else {
+        batch.into_iter().partition(pred)
+    }
+}
+
 impl Backend for Gpu {
     fn name(&self) -> &'static str {
         "gpu"
     }
 
     fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) -> Option<crate::engine::Ticket> {
-        let (native, batch): (Vec<SumJob>, Vec<SumJob>) = batch.into_iter().partition(|j| sum::is_native(values, j));
+        let (native, batch) = split(batch, |j| sum::is_native(values, j));
         // The ticket stands for every job of the batch: given only when one op runs them all.
         let ticket = if native.is_empty() { None } else { sum::push_sums(order, values, native, priority) };
         let ticket = ticket.filter(|_| batch.is_empty());

@@ -33,7 +33,10 @@ pub(super) fn is_native(values: &[NDArray], job: &SumJob) -> bool {
 /// job has a tail (a pull may join it: `crate::store`'s fusion).
 pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, priority: i32) -> Option<Ticket> {
     let batch = Arc::new(batch);
-    let reads: Vec<&Var> = batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)).collect();
+    // Sized up front: a flattened iterator gives no length, and a call of thousands of values
+    // would grow the vector a dozen times.
+    let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
+    reads.extend(batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)));
     let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
     let values_for_op = Arc::clone(values);
     let batch_for_op = Arc::clone(&batch);
@@ -71,13 +74,15 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
     // after the kernels); the op started, so no more can be handed. A big sum writes up to
     // MAX_SOURCES of them in its own pass; the others are copied after the kernels.
     let (mut joined, mut written_by_sums): (Vec<(NDArray, NDArray)>, Vec<NDArray>) = (Vec::new(), Vec::new());
+    // Each key's source addresses, in one vector reused key after key.
+    let mut srcs = Vec::new();
     for job in batch.iter() {
         let outs = job.tail.as_ref().map(|t| t.take()).unwrap_or_default();
         let Some(dst) = job.dst.device_ptr() else {
             q.fail("internal error: a GPU sum into host memory".into());
             break;
         };
-        let mut srcs = Vec::with_capacity(job.values.len());
+        srcs.clear();
         for (position, v) in values[job.values.clone()].iter().enumerate() {
             match source_on(&mut q, dst.ordinal, v, &job.dst, position) {
                 Some(p) => srcs.push(p),
@@ -118,7 +123,7 @@ fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done
             kept::table(q, first, Use::FusedTable, *ordinal, table, *room)
         });
     }
-    let landings = super::copy::enqueue_copies(&mut q, joined.iter().map(|(s, d)| (s, d)));
+    let landings = super::copy::enqueue_copies(&mut q, joined.iter().map(|(s, d)| (s, d)), joined.len());
     let (signal, stream) = (done.stream_signal(), q.only_compute_stream());
     q.finish(
         Box::new(move |r| {
