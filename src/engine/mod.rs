@@ -316,9 +316,6 @@ pub fn engine() -> &'static Engine {
     *ENGINE
 }
 
-/// Asks for the variable a few places after `i`: each is on its own cache line, usually not
-/// in this core's cache, and its lock would otherwise wait for each miss in turn.
-#[inline(always)]
 /// Adds an unfinished `dep` to an op's dependencies, unless it is among the few added last:
 /// the arrays of one op usually come from the same few ops before it (a pull of thousands of
 /// keys reads the sums of a few batches; a write after a read waits for the read and the write
@@ -331,6 +328,9 @@ fn add_dep(deps: &mut Vec<Arc<Completion>>, dep: Arc<Completion>) {
     }
 }
 
+/// Asks for the variable a few places after `i`: each is on its own cache line, usually not
+/// in this core's cache, and its lock would otherwise wait for each miss in turn.
+#[inline(always)]
 fn prefetch_ahead(vars: &[&Var], i: usize) {
     const AHEAD: usize = 8;
     if let Some(v) = vars.get(i + AHEAD) {

@@ -64,12 +64,6 @@ impl Sources {
     }
 }
 
-impl From<Vec<u64>> for Sources {
-    fn from(addrs: Vec<u64>) -> Sources {
-        Sources::Many(addrs)
-    }
-}
-
 impl FromIterator<u64> for Sources {
     fn from_iter<I: IntoIterator<Item = u64>>(addrs: I) -> Sources {
         Sources::Many(addrs.into_iter().collect())
@@ -169,7 +163,7 @@ mod tests {
     fn key(n: u64, srcs: &[u64], dtype: DType) -> SmallKey {
         let srcs = match srcs {
             [one] => Sources::One(*one),
-            _ => srcs.to_vec().into(),
+            _ => Sources::Many(srcs.to_vec()),
         };
         SmallKey { dst: 0x1000 + n, srcs, n, dtype, order: SumOrder::Serial }
     }
