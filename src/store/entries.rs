@@ -1,10 +1,77 @@
-//! The map from a key's internal id to its entry, hashed cheaply (`base::id_hasher`): every
-//! value of every call looks its key up.
+//! The store's entries, by a key's internal id. Every value of every call looks its key up, so
+//! the entries sit in one vector in the order their keys were initialised (a call's keys,
+//! usually initialised together, are then neighbours in memory, which the CPU fetches ahead),
+//! and the map from id to place is small (eight bytes a key) and hashed cheaply
+//! (`base::id_hasher`). Entries are never removed: a store keeps its keys.
 
 use super::Entry;
 use crate::base::id_hasher::IdHasher;
-use std::collections::HashMap;
+use std::collections::{HashMap, TryReserveError};
 use std::hash::BuildHasherDefault;
 
 /// Entries by internal id.
-pub(crate) type Entries = HashMap<i32, Entry, BuildHasherDefault<IdHasher>>;
+#[derive(Default)]
+pub(crate) struct Entries {
+    places: HashMap<i32, u32, BuildHasherDefault<IdHasher>>,
+    entries: Vec<Entry>,
+}
+
+impl Entries {
+    pub(crate) fn get(&self, id: &i32) -> Option<&Entry> {
+        self.places.get(id).and_then(|&at| self.entries.get(at as usize))
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &i32) -> Option<&mut Entry> {
+        self.places.get(id).and_then(|&at| self.entries.get_mut(at as usize))
+    }
+
+    pub(crate) fn contains_key(&self, id: &i32) -> bool {
+        self.places.contains_key(id)
+    }
+
+    /// Sets `id`'s entry, replacing any it had.
+    pub(crate) fn insert(&mut self, id: i32, entry: Entry) {
+        match self.places.get(&id).and_then(|&at| self.entries.get_mut(at as usize)) {
+            Some(old) => *old = entry,
+            None => {
+                // At most 2^32 keys: ids are i32, and no two keys share one.
+                self.places.insert(id, self.entries.len() as u32);
+                self.entries.push(entry);
+            }
+        }
+    }
+
+    /// Room for `more` entries, so that inserting them cannot fail for memory.
+    pub(crate) fn try_reserve(&mut self, more: usize) -> Result<(), TryReserveError> {
+        self.places.try_reserve(more)?;
+        self.entries.try_reserve(more)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ndarray::{Context, DType, NDArray};
+
+    fn entry(len: usize) -> Entry {
+        Entry::new(NDArray::zeros(&[len], Context::cpu(0), DType::Float32).unwrap())
+    }
+
+    #[test]
+    fn entries_are_found_by_id_and_replaced_in_place() {
+        let mut e = Entries::default();
+        e.try_reserve(3).unwrap();
+        for (id, len) in [(7, 1), (-3, 2), (1 << 30, 3)] {
+            e.insert(id, entry(len));
+        }
+        assert!(e.contains_key(&-3) && !e.contains_key(&8));
+        assert_eq!(e.get(&7).map(|x| x.stored.size()), Some(1));
+        assert_eq!(e.get(&(1 << 30)).map(|x| x.stored.size()), Some(3));
+        e.insert(-3, entry(5));
+        assert_eq!(e.get(&-3).map(|x| x.stored.size()), Some(5));
+        assert_eq!(e.entries.len(), 3, "a replaced entry keeps its place");
+        e.get_mut(&7).unwrap().stored = NDArray::zeros(&[4], Context::cpu(0), DType::Float32).unwrap();
+        assert_eq!(e.get(&7).map(|x| x.stored.size()), Some(4));
+        assert!(e.get(&8).is_none() && e.get_mut(&8).is_none());
+    }
+}
