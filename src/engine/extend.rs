@@ -30,21 +30,20 @@ impl Engine {
     /// later op on `writes` then waits for this op. Where a host's engine runs the ops, the op
     /// may yet start without them (see [`super::host_extend`]): it then calls `detach`, which
     /// takes back what `attach` handed it as work that runs once the host lets it write them.
-    pub fn try_extend(&'static self, ticket: &Ticket, writes: &[&super::Var], attach: impl FnOnce(), detach: Detach) -> bool {
+    pub fn try_extend(&'static self, ticket: &Ticket, writes: &[super::Var], attach: impl FnOnce(), detach: Detach) -> bool {
         let Some(op) = ticket.0.upgrade() else { return false };
-        let ids: Vec<u64> = writes.iter().map(|v| v.id).collect();
         let _guard = self.schedule_lock.lock();
         // Held until the op owns the variables: a worker taking the work waits for it.
         let work = op.work.lock();
-        if work.is_none() || op.host_started.load(Ordering::Acquire) || self.poison.find(&ids).is_some() {
+        if work.is_none() || op.host_started.load(Ordering::Acquire) {
             return false;
         }
-        let mut states: Vec<_> = writes.iter().map(|v| v.state.lock()).collect();
-        let free = |s: &super::VarState| {
-            s.last_write.as_ref().is_none_or(|w| w.is_done())
-                && s.reads_since_write.first.as_ref().is_none_or(|r| r.is_done())
-                && s.reads_since_write.more.iter().all(|r| r.is_done())
-        };
+        let mut states: Vec<_> = writes.iter().map(|v| v.slot().state.lock()).collect();
+        let ids: Vec<u64> = states.iter().map(|s| s.id).collect();
+        if self.poison.find(&ids).is_some() {
+            return false;
+        }
+        let free = |s: &super::vars::VarState| s.last_write.as_ref().is_none_or(|w| w.is_done()) && s.reads_since_write.all_done();
         if !states.iter().all(|s| free(s)) {
             return false;
         }
@@ -82,7 +81,7 @@ mod tests {
     }
 
     /// Schedules an op writing `var` that waits at `gate` until the test lets it go.
-    fn held_op(e: &'static Engine, var: &Var, gate: &Arc<Barrier>, log: &Log) {
+    fn held_op(e: &'static Engine, var: Var, gate: &Arc<Barrier>, log: &Log) {
         let (g, l) = (Arc::clone(gate), Arc::clone(log));
         e.push(&[], &[var], 0, move |_| {
             g.wait();
@@ -99,30 +98,30 @@ mod tests {
         let e = Engine::start();
         let (blocker, var, out) = (Var::new(), Var::new(), Var::new());
         let (gate, log): (_, Log) = (Arc::new(Barrier::new(2)), Arc::default());
-        held_op(e, &blocker, &gate, &log);
+        held_op(e, blocker, &gate, &log);
         // Waits for the held op, so it cannot start while the test extends it.
         let l = Arc::clone(&log);
-        let ticket = e.push_batch(&[&blocker], &[&var], 0, false, true, move |_| {
+        let ticket = e.push_batch(&[blocker], &[var], 0, false, true, move |_| {
             l.lock().push("extended");
             Ok(())
         })
         .unwrap();
         let attached = Arc::new(Mutex::new(false));
         let a = Arc::clone(&attached);
-        assert!(e.try_extend(&ticket, &[&out], move || *a.lock() = true, no_detach()));
+        assert!(e.try_extend(&ticket, &[out], move || *a.lock() = true, no_detach()));
         assert!(*attached.lock());
         let l = Arc::clone(&log);
-        e.push(&[&out], &[], 0, move |_| {
+        e.push(&[out], &[], 0, move |_| {
             l.lock().push("reader of the new write");
             Ok(())
         });
         // A variable with an op pending (the reader) refuses, and `attach` does not run.
-        assert!(!e.try_extend(&ticket, &[&out], || panic!("attached to a busy variable"), no_detach()));
+        assert!(!e.try_extend(&ticket, &[out], || panic!("attached to a busy variable"), no_detach()));
         gate.wait();
-        e.wait_to_write(&out).unwrap();
+        e.wait_to_write(out).unwrap();
         assert_eq!(*log.lock(), vec!["first", "extended", "reader of the new write"]);
         // A finished op refuses.
-        assert!(!e.try_extend(&ticket, &[&Var::new()], || panic!("attached to a finished op"), no_detach()));
+        assert!(!e.try_extend(&ticket, &[Var::new()], || panic!("attached to a finished op"), no_detach()));
     }
 
     #[test]
@@ -130,25 +129,25 @@ mod tests {
         let e = Engine::start();
         let (blocker, var, out) = (Var::new(), Var::new(), Var::new());
         let (gate, log): (_, Log) = (Arc::new(Barrier::new(2)), Arc::default());
-        held_op(e, &blocker, &gate, &log);
-        let ticket = e.push_batch(&[&blocker], &[&var], 0, false, true, |_| Err(crate::Error::new("extended op failed"))).unwrap();
-        assert!(e.try_extend(&ticket, &[&out], || (), no_detach()));
+        held_op(e, blocker, &gate, &log);
+        let ticket = e.push_batch(&[blocker], &[var], 0, false, true, |_| Err(crate::Error::new("extended op failed"))).unwrap();
+        assert!(e.try_extend(&ticket, &[out], || (), no_detach()));
         gate.wait();
-        let err = e.wait_to_read(&out).unwrap_err();
+        let err = e.wait_to_read(out).unwrap_err();
         assert!(err.message().contains("extended op failed"), "{err}");
         e.wait_all().unwrap();
 
         let (poisoned, other) = (Var::new(), Var::new());
-        e.push(&[], &[&poisoned], 0, |_| Err(crate::Error::new("kept failure")));
+        e.push(&[], &[poisoned], 0, |_| Err(crate::Error::new("kept failure")));
         // Finished, its failure kept (a wait would clear it).
-        while !poisoned.state.lock().last_write.as_ref().is_none_or(|w| w.is_done()) {
+        while !poisoned.slot().state.lock().last_write.as_ref().is_none_or(|w| w.is_done()) {
             std::thread::yield_now();
         }
-        held_op(e, &blocker, &gate, &log);
-        let ticket = e.push_batch(&[&blocker], &[&other], 0, false, true, |_| Ok(())).unwrap();
-        assert!(!e.try_extend(&ticket, &[&poisoned], || panic!("attached to a poisoned variable"), no_detach()));
+        held_op(e, blocker, &gate, &log);
+        let ticket = e.push_batch(&[blocker], &[other], 0, false, true, |_| Ok(())).unwrap();
+        assert!(!e.try_extend(&ticket, &[poisoned], || panic!("attached to a poisoned variable"), no_detach()));
         gate.wait();
-        e.wait_to_write(&other).unwrap();
-        assert_eq!(e.wait_to_read(&poisoned).unwrap_err().message(), "kept failure");
+        e.wait_to_write(other).unwrap();
+        assert_eq!(e.wait_to_read(poisoned).unwrap_err().message(), "kept failure");
     }
 }

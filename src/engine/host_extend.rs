@@ -178,10 +178,10 @@ impl Engine {
         &'static self,
         host: &'static dyn super::Scheduler,
         op: &Arc<Op>,
-        writes: &[&super::Var],
+        writes: &[super::Var],
         ext: &Arc<HostExtension>,
     ) -> bool {
-        let tokens = |vars: &[&super::Var]| vars.iter().map(|v| v.token(host)).collect::<Result<Vec<usize>>>();
+        let tokens = |vars: &[super::Var]| vars.iter().map(|v| v.token(host)).collect::<Result<Vec<usize>>>();
         let Ok(guarded) = tokens(writes) else { return false };
         let read = op.write_tokens.lock().clone();
         let g = Arc::clone(ext);
@@ -245,7 +245,7 @@ mod tests {
     /// An op reading `src` and writing `dst`, extended to `out`: the op logs whether it wrote
     /// `out` in its own pass (what `attach` handed it and `detach` did not take back), and the
     /// deferred work logs its copy.
-    fn extended(e: &'static Engine, src: &Var, dst: &Var, out: &Var, log: &Log) -> bool {
+    fn extended(e: &'static Engine, src: Var, dst: Var, out: Var, log: &Log) -> bool {
         let handed = Arc::new(Mutex::new(false));
         let (h, l) = (Arc::clone(&handed), Arc::clone(log));
         let ticket = e
@@ -270,19 +270,19 @@ mod tests {
         let host: &'static RecordingHost = Box::leak(Box::default());
         let e = Engine::start_on(host);
         let (src, dst, out, log) = (Var::new(), Var::new(), Var::new(), Log::default());
-        assert!(extended(e, &src, &dst, &out, &log));
+        assert!(extended(e, src, dst, out, &log));
         // Pushed: the op, the guard (writing out), the reader (reading dst).
-        let tokens = |v: &Var| e.host_token(v).unwrap().unwrap();
+        let tokens = |v: Var| e.host_token(v).unwrap().unwrap();
         assert_eq!(host.pushed.lock().len(), 3);
-        assert_eq!(host.start_at(1, None), (vec![], vec![tokens(&out)]), "the guard writes the new variable");
+        assert_eq!(host.start_at(1, None), (vec![], vec![tokens(out)]), "the guard writes the new variable");
         assert!(host.completions.lock().is_empty(), "the guard holds out until the op has written it");
         host.start_at(0, None);
         assert_eq!(*log.lock(), vec!["op ran, writing out: true"]);
         assert_eq!(host.completions.lock().len(), 2, "the op's and the guard's host ops completed");
-        assert_eq!(host.start_at(0, None), (vec![tokens(&dst)], vec![]), "the reader reads what the op writes");
+        assert_eq!(host.start_at(0, None), (vec![tokens(dst)], vec![]), "the reader reads what the op writes");
         assert_eq!(*host.completions.lock(), vec![None, None, None]);
         assert_eq!(*log.lock(), vec!["op ran, writing out: true"], "nothing deferred");
-        e.wait_to_read(&out).unwrap();
+        e.wait_to_read(out).unwrap();
     }
 
     #[test]
@@ -291,7 +291,7 @@ mod tests {
             let host: &'static RecordingHost = Box::leak(Box::default());
             let e = Engine::start_on(host);
             let (src, dst, out, log) = (Var::new(), Var::new(), Var::new(), Log::default());
-            assert!(extended(e, &src, &dst, &out, &log));
+            assert!(extended(e, src, dst, out, &log));
             host.start_at(0, None);
             assert_eq!(*log.lock(), vec!["op ran, writing out: false"], "detached before it ran");
             assert_eq!(host.completions.lock().len(), 1, "the op itself completes");
@@ -303,7 +303,7 @@ mod tests {
             host.start_at(0, None);
             assert_eq!(*log.lock(), vec!["op ran, writing out: false", "deferred copy"]);
             assert_eq!(*host.completions.lock(), vec![None, None, None]);
-            e.wait_to_read(&out).unwrap();
+            e.wait_to_read(out).unwrap();
         }
     }
 
@@ -313,28 +313,28 @@ mod tests {
         let host: &'static RecordingHost = Box::leak(Box::default());
         let e = Engine::start_on(host);
         let (src, dst, out) = (Var::new(), Var::new(), Var::new());
-        let ticket = e.push_batch(&[&src], &[&dst], 0, false, true, |_| Err(crate::Error::new("sum failed"))).unwrap();
+        let ticket = e.push_batch(&[src], &[dst], 0, false, true, |_| Err(crate::Error::new("sum failed"))).unwrap();
         let detach: Detach = Box::new(|| -> Deferred { Box::new(|| panic!("no copy of a failed sum")) });
-        assert!(e.try_extend(&ticket, &[&out], || (), detach));
+        assert!(e.try_extend(&ticket, &[out], || (), detach));
         host.start_at(1, None);
         host.start_at(0, None);
         assert_eq!(*host.completions.lock(), vec![Some("sum failed".to_string()), Some("sum failed".to_string())]);
         // The host skips the reader of a failed write.
         drop(host.pushed.lock().remove(0));
-        assert_eq!(e.wait_to_read(&out).unwrap_err().message(), "sum failed");
+        assert_eq!(e.wait_to_read(out).unwrap_err().message(), "sum failed");
 
         // The host side refuses the guard (the output's memory was laid out anew): the op runs
         // without it, nothing is copied, and the output fails with the reason.
         let host: &'static RecordingHost = Box::leak(Box::default());
         let e = Engine::start_on(host);
         let (src, dst, out, log) = (Var::new(), Var::new(), Var::new(), Log::default());
-        assert!(extended(e, &src, &dst, &out, &log));
+        assert!(extended(e, src, dst, out, &log));
         host.start_at(1, Some("memory moved".into()));
         host.start_at(0, None);
         host.start_at(0, None);
         assert_eq!(*log.lock(), vec!["op ran, writing out: false"]);
         assert_eq!(*host.completions.lock(), vec![Some("memory moved".to_string()), None, None]);
-        assert_eq!(e.wait_to_read(&out).unwrap_err().message(), "memory moved");
-        e.wait_to_read(&dst).unwrap();
+        assert_eq!(e.wait_to_read(out).unwrap_err().message(), "memory moved");
+        e.wait_to_read(dst).unwrap();
     }
 }

@@ -18,6 +18,7 @@ mod placement;
 mod poison;
 mod queue;
 mod scheduler;
+mod vars;
 
 use crate::base::affinity;
 use crate::error::{Error, Result};
@@ -26,119 +27,13 @@ use once_cell::sync::Lazy;
 use parking_lot::{Condvar, Mutex};
 use poison::{Failure, Poison};
 use queue::ReadyQueue;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use extend::Ticket;
 pub use host_extend::{Deferred, Detach};
 pub use scheduler::{HostCompletion, HostStart, Scheduler};
-
-/// The unit of dependency tracking: one per storage chunk.
-pub struct Var {
-    /// Names the variable in the poison table (never reused).
-    id: u64,
-    state: Mutex<VarState>,
-    /// Its token in the host's engine (0: none yet; see [`scheduler`]).
-    token: AtomicUsize,
-}
-
-impl Default for Var {
-    fn default() -> Var {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Var { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), state: Mutex::default(), token: AtomicUsize::new(0) }
-    }
-}
-
-impl Drop for Var {
-    fn drop(&mut self) {
-        // A failure nobody waited for goes with its variable (`WaitAll` still reports it).
-        if let Some(engine) = Lazy::get(&ENGINE) {
-            engine.poison.forget(self.id);
-        }
-        let token = *self.token.get_mut();
-        if let (true, Some(host)) = (token != 0, SCHEDULER.get()) {
-            host.release_token(token);
-        }
-    }
-}
-
-#[derive(Default)]
-struct VarState {
-    last_write: Option<Arc<Completion>>,
-    reads_since_write: Readers,
-    /// How many ops have been registered on it (see [`Engine::ops_on`]).
-    ops: u64,
-}
-
-/// The unfinished reads of a variable since its last write. Nearly always one op (the batch
-/// that last read it), kept inline: registration touches thousands of variables per call,
-/// and a separate heap block per variable would cost a cache miss each.
-#[derive(Default)]
-struct Readers {
-    first: Option<Arc<Completion>>,
-    more: Vec<Arc<Completion>>,
-}
-
-impl Readers {
-    /// Drops the finished reads.
-    fn prune(&mut self) {
-        if self.first.as_ref().is_some_and(|c| c.is_done()) {
-            self.first = None;
-        }
-        if !self.more.is_empty() {
-            self.more.retain(|c| !c.is_done());
-        }
-        if self.first.is_none() {
-            self.first = self.more.pop();
-        }
-    }
-
-    /// Whether `op` is the read added last (the variable is listed twice).
-    fn ends_with(&self, op: &Arc<Completion>) -> bool {
-        self.more.last().or(self.first.as_ref()).is_some_and(|c| Arc::ptr_eq(c, op))
-    }
-
-    /// Adds `op`'s read.
-    fn add(&mut self, op: &Arc<Completion>) {
-        match self.first {
-            None => self.first = Some(Arc::clone(op)),
-            Some(_) => self.more.push(Arc::clone(op)),
-        }
-    }
-
-    /// Takes every read, leaving none.
-    fn take_all(&mut self) -> impl Iterator<Item = Arc<Completion>> {
-        self.first.take().into_iter().chain(std::mem::take(&mut self.more))
-    }
-}
-
-impl Var {
-    /// A variable with no pending operation.
-    pub fn new() -> Var {
-        Var::default()
-    }
-
-    /// Its token in `host`'s engine, made on first use.
-    fn token(&self, host: &dyn Scheduler) -> Result<usize> {
-        let token = self.token.load(Ordering::Acquire);
-        if token != 0 {
-            return Ok(token);
-        }
-        let made = host.new_token()?;
-        match self.token.compare_exchange(0, made, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => Ok(made),
-            Err(theirs) => {
-                host.release_token(made);
-                Ok(theirs)
-            }
-        }
-    }
-
-    /// Its token, if it has one.
-    fn existing_token(&self) -> Option<usize> {
-        Some(self.token.load(Ordering::Acquire)).filter(|&t| t != 0)
-    }
-}
+pub use vars::{OwnedVar, Var};
 
 /// What an op is told when it runs.
 #[derive(Debug, Clone, Copy)]
@@ -329,12 +224,13 @@ fn add_dep(deps: &mut Vec<Arc<Completion>>, dep: Arc<Completion>) {
 }
 
 /// Asks for the variable a few places after `i`: each is on its own cache line, usually not
-/// in this core's cache, and its lock would otherwise wait for each miss in turn.
+/// in this core's cache (the data a call moves evicts them), and its lock would otherwise wait
+/// for each miss in turn.
 #[inline(always)]
-fn prefetch_ahead(vars: &[&Var], i: usize) {
+fn prefetch_ahead(vars: &[Var], i: usize) {
     const AHEAD: usize = 8;
     if let Some(v) = vars.get(i + AHEAD) {
-        crate::base::prefetch::prefetch_line_for_write(&v.state);
+        crate::base::prefetch::prefetch_line_for_write(v.slot());
     }
 }
 
@@ -412,7 +308,7 @@ impl Engine {
     /// Registers an op reading `reads` and writing `writes` (either may list a variable more
     /// than once, or in both): its completion, the completions it must wait for, whether its
     /// variables are disjoint (none written twice, none both read and written), and their ids.
-    fn register(&self, reads: &[&Var], writes: &[&Var], device: bool) -> Registered {
+    fn register(&self, reads: &[Var], writes: &[Var], device: bool) -> Registered {
         let completion = Arc::new(Completion::new(device));
         let mut deps = Vec::new();
         let mut disjoint = true;
@@ -423,8 +319,8 @@ impl Engine {
         // its last writer, which the checks below recognise.
         for (i, var) in writes.iter().enumerate() {
             prefetch_ahead(writes, i);
-            vars.push(var.id);
-            let mut s = var.state.lock();
+            let mut s = var.slot().state.lock();
+            vars.push(s.id);
             if is_mine(&s.last_write) {
                 disjoint = false;
                 continue;
@@ -437,8 +333,8 @@ impl Engine {
         }
         for (i, var) in reads.iter().enumerate() {
             prefetch_ahead(reads, i);
-            vars.push(var.id);
-            let mut s = var.state.lock();
+            let mut s = var.slot().state.lock();
+            vars.push(s.id);
             if is_mine(&s.last_write) {
                 disjoint = false;
                 continue;
@@ -463,7 +359,7 @@ impl Engine {
     /// Schedules `work`, which reads `reads` and writes `writes`, and returns at once. Among
     /// ready ops, higher `priority` runs first. An error (or a panic) of `work` is kept on
     /// `writes` and reported at the next wait on them (see [`poison`]).
-    pub fn push(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static) {
+    pub fn push(&'static self, reads: &[Var], writes: &[Var], priority: i32, work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static) {
         self.push_batch(reads, writes, priority, false, false, work);
     }
 
@@ -476,8 +372,8 @@ impl Engine {
     /// ticket, for [`Engine::try_extend`].
     pub fn push_batch(
         &'static self,
-        reads: &[&Var],
-        writes: &[&Var],
+        reads: &[Var],
+        writes: &[Var],
         priority: i32,
         tiny: bool,
         extensible: bool,
@@ -490,7 +386,7 @@ impl Engine {
     /// starts it and hands on `done`, and the op completes (its writes become readable, the
     /// ops waiting for it are released) when `done` is finished. The variables stay claimed
     /// until then; the worker is free as soon as `work` returns.
-    pub fn push_async(&'static self, reads: &[&Var], writes: &[&Var], priority: i32, work: impl FnOnce(&OpEnv, OpDone) + Send + 'static) {
+    pub fn push_async(&'static self, reads: &[Var], writes: &[Var], priority: i32, work: impl FnOnce(&OpEnv, OpDone) + Send + 'static) {
         self.schedule(reads, writes, priority, false, false, false, None, Box::new(work));
     }
 
@@ -500,8 +396,8 @@ impl Engine {
     /// on a VM, per op of a chain). See [`DeviceOp`] for the rest.
     pub fn push_device(
         &'static self,
-        reads: &[&Var],
-        writes: &[&Var],
+        reads: &[Var],
+        writes: &[Var],
         priority: i32,
         how: DeviceOp,
         work: impl FnOnce(&OpEnv, OpDone) + Send + 'static,
@@ -514,9 +410,9 @@ impl Engine {
     /// on it in between, so the op registered just before the first is still its latest.
     /// In native mode only: where a host's engine runs the ops (or ran them, before the host
     /// shut down), the host's own ops on the memory are not counted, and `None` says so.
-    pub fn ops_on(&self, var: &Var) -> Option<u64> {
+    pub fn ops_on(&self, var: Var) -> Option<u64> {
         let hosted = self.host.is_some() || SCHEDULER.get().is_some();
-        (!hosted).then(|| var.state.lock().ops)
+        (!hosted).then(|| var.slot().state.lock().ops)
     }
 
     /// Whether a host's engine (hosted mode) runs the ops now.
@@ -529,8 +425,8 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     fn schedule(
         &'static self,
-        reads: &[&Var],
-        writes: &[&Var],
+        reads: &[Var],
+        writes: &[Var],
         priority: i32,
         tiny: bool,
         ticketed: bool,
@@ -597,8 +493,8 @@ impl Engine {
 
     /// Queues `op` in the host's engine on its variables' tokens.
     /// With `extensible` (it has a ticket), the op keeps its write tokens (`host_extend`).
-    fn schedule_on_host(&'static self, host: &'static dyn Scheduler, reads: &[&Var], writes: &[&Var], op: Arc<Op>, extensible: bool) {
-        let tokens = |vars: &[&Var]| vars.iter().map(|v| v.token(host)).collect::<Result<Vec<usize>>>();
+    fn schedule_on_host(&'static self, host: &'static dyn Scheduler, reads: &[Var], writes: &[Var], op: Arc<Op>, extensible: bool) {
+        let tokens = |vars: &[Var]| vars.iter().map(|v| v.token(host)).collect::<Result<Vec<usize>>>();
         let start = OnHost { engine: self, op: Some(Arc::clone(&op)) };
         let pushed = tokens(reads).and_then(|r| {
             let (r, w) = scheduler::distinct(&r, &tokens(writes)?);
@@ -669,7 +565,7 @@ impl Engine {
     /// waits for the ops it depends on, and later ops wait for it. This is a wait: a failure
     /// kept on any of the variables is reported (and cleared) instead of running `work`, as
     /// MXNet's `WaitToRead`/`WaitToWrite` do before a synchronous copy.
-    pub fn run_sync<R>(&'static self, reads: &[&Var], writes: &[&Var], work: impl FnOnce() -> R) -> Result<R> {
+    pub fn run_sync<R>(&'static self, reads: &[Var], writes: &[Var], work: impl FnOnce() -> R) -> Result<R> {
         let Registered { completion, deps, vars, .. } = self.register(reads, writes, false);
         for dep in deps {
             dep.wait();
@@ -679,7 +575,7 @@ impl Engine {
         // is queued on them meanwhile.
         let host_wait = match self.host_scheduler() {
             Some(host) => {
-                let each = |vs: &[&Var], write: bool| vs.iter().filter_map(|v| v.existing_token()).try_for_each(|t| host.wait(t, write));
+                let each = |vs: &[Var], write: bool| vs.iter().filter_map(|v| v.existing_token()).try_for_each(|t| host.wait(t, write));
                 each(reads, false).and_then(|()| each(writes, true))
             }
             None => Ok(()),
@@ -703,19 +599,19 @@ impl Engine {
 
     /// Blocks until every op writing `var` has finished; reports (and clears) a failure kept
     /// on it.
-    pub fn wait_to_read(&'static self, var: &Var) -> Result<()> {
+    pub fn wait_to_read(&'static self, var: Var) -> Result<()> {
         self.run_sync(&[var], &[], || ())
     }
 
     /// Blocks until every op reading or writing `var` has finished; reports (and clears) a
     /// failure kept on it.
-    pub fn wait_to_write(&'static self, var: &Var) -> Result<()> {
+    pub fn wait_to_write(&'static self, var: Var) -> Result<()> {
         self.run_sync(&[], &[var], || ())
     }
 
     /// `var`'s token where a host engine runs the ops (hosted mode): a host op on it is ordered
     /// with the engine's ops on `var`.
-    pub fn host_token(&self, var: &Var) -> Result<Option<usize>> {
+    pub fn host_token(&self, var: Var) -> Result<Option<usize>> {
         self.host_scheduler().map(|host| var.token(host)).transpose()
     }
 
@@ -723,15 +619,15 @@ impl Engine {
     /// host engine runs the ops: for memory the host also uses through an array sharing the
     /// token's dependency, so the host orders its own ops on it with the engine's directly.
     /// `false` (and nothing taken) where `var` has a token already or no host engine runs ops.
-    pub fn bind_host_token(&self, var: &Var, token: usize) -> bool {
-        self.hosted() && var.token.compare_exchange(0, token, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    pub fn bind_host_token(&self, var: Var, token: usize) -> bool {
+        self.hosted() && var.bind_token(token)
     }
 
     /// Releases `var`'s token now, so that what it holds (a host array over `var`'s own memory,
     /// see [`Engine::bind_host_token`]) can go before `var` does. Ops already queued keep what
     /// they need; a later op gets a new token.
-    pub fn release_host_token(&self, var: &Var) {
-        let token = var.token.swap(0, Ordering::AcqRel);
+    pub fn release_host_token(&self, var: Var) {
+        let token = var.take_token();
         if let (true, Some(host)) = (token != 0, self.host.or_else(|| SCHEDULER.get().copied())) {
             host.release_token(token);
         }
@@ -887,9 +783,9 @@ mod tests {
         for i in 0..200 {
             let log = Arc::clone(&log);
             // Alternate priorities: priority must not reorder dependent ops.
-            engine().push(&[], &[&var], if i % 2 == 0 { 10 } else { -10 }, move |_| { log.lock().push(i); Ok(()) });
+            engine().push(&[], &[var], if i % 2 == 0 { 10 } else { -10 }, move |_| { log.lock().push(i); Ok(()) });
         }
-        engine().wait_to_read(&var).unwrap();
+        engine().wait_to_read(var).unwrap();
         assert_eq!(*log.lock(), (0..200).collect::<Vec<_>>());
     }
 
@@ -900,17 +796,17 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         for round in 1..=50u64 {
             let v = Arc::clone(&value);
-            engine().push(&[], &[&a], 0, move |_| {
+            engine().push(&[], &[a], 0, move |_| {
                 std::thread::yield_now();
                 v.store(round, Ordering::SeqCst);
                 Ok(())
             });
             for _ in 0..3 {
                 let (v, s) = (Arc::clone(&value), Arc::clone(&seen));
-                engine().push(&[&a], &[], 0, move |_| { s.lock().push((round, v.load(Ordering::SeqCst))); Ok(()) });
+                engine().push(&[a], &[], 0, move |_| { s.lock().push((round, v.load(Ordering::SeqCst))); Ok(()) });
             }
         }
-        engine().wait_to_write(&a).unwrap();
+        engine().wait_to_write(a).unwrap();
         let seen = seen.lock();
         assert_eq!(seen.len(), 150);
         assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
@@ -919,10 +815,10 @@ mod tests {
     #[test]
     fn ops_on_a_variable_count_every_op_registered_on_it_and_nothing_else() {
         let (var, other) = (Var::new(), Var::new());
-        let count = || engine().ops_on(&var).expect("native mode counts");
+        let count = || engine().ops_on(var).expect("native mode counts");
         assert_eq!(count(), 0);
         let (release, gate) = std::sync::mpsc::channel::<()>();
-        engine().push(&[], &[&var], 0, move |_| {
+        engine().push(&[], &[var], 0, move |_| {
             let _ = gate.recv();
             Ok(())
         });
@@ -930,29 +826,29 @@ mod tests {
         assert_eq!(after_write, 1);
         // Ops on other variables, and time passing, leave it unchanged: the write is still
         // the latest op on it, finished or not.
-        engine().push(&[&other], &[&other], 0, |_| Ok(()));
-        engine().wait_to_write(&other).unwrap();
+        engine().push(&[other], &[other], 0, |_| Ok(()));
+        engine().wait_to_write(other).unwrap();
         assert_eq!(count(), after_write);
         release.send(()).unwrap();
-        engine().push(&[&var, &var], &[], 0, |_| Ok(()));
+        engine().push(&[var, var], &[], 0, |_| Ok(()));
         assert_eq!(count(), 2, "a read counts once however often the op lists it");
-        engine().wait_to_write(&var).unwrap();
+        engine().wait_to_write(var).unwrap();
         assert_eq!(count(), 3, "a wait is ordered like an op, so it counts too");
-        engine().push(&[&var], &[&var], 0, |_| Ok(()));
+        engine().push(&[var], &[var], 0, |_| Ok(()));
         assert_eq!(count(), 4, "an op reading and writing it counts once");
-        engine().wait_to_write(&var).unwrap();
+        engine().wait_to_write(var).unwrap();
     }
 
     #[test]
     fn an_op_reading_many_arrays_of_one_unfinished_writer_waits_for_it_once() {
         let vars: Vec<Var> = (0..300).map(|_| Var::new()).collect();
-        let refs: Vec<&Var> = vars.iter().collect();
+        let refs: Vec<Var> = vars.clone();
         let (release, gate) = std::sync::mpsc::channel::<()>();
         engine().push(&[], &refs, 0, move |_| {
             gate.recv().ok();
             Ok(())
         });
-        let writer = vars[0].state.lock().last_write.clone().expect("the writer is registered");
+        let writer = vars[0].slot().state.lock().last_write.clone().expect("the writer is registered");
         let (done, seen) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let d = Arc::clone(&done);
         engine().push(&refs, &[], 0, move |_| {
@@ -970,7 +866,7 @@ mod tests {
         assert_eq!(writer.waiter_entries(), 2, "the reader and the second writer, once each");
         release.send(()).unwrap();
         for v in &vars {
-            engine().wait_to_write(v).unwrap();
+            engine().wait_to_write(*v).unwrap();
         }
         assert_eq!(seen.load(Ordering::SeqCst), 1, "the last writer ran after the reader");
     }
@@ -978,24 +874,24 @@ mod tests {
     #[test]
     fn a_read_forgets_a_finished_writer_and_still_waits_for_an_unfinished_one() {
         let var = Var::new();
-        engine().push(&[], &[&var], 0, |_| Ok(()));
-        engine().wait_to_read(&var).unwrap();
-        engine().wait_to_read(&var).unwrap();
-        assert!(var.state.lock().last_write.is_none(), "a read after the write finished drops it");
+        engine().push(&[], &[var], 0, |_| Ok(()));
+        engine().wait_to_read(var).unwrap();
+        engine().wait_to_read(var).unwrap();
+        assert!(var.slot().state.lock().last_write.is_none(), "a read after the write finished drops it");
         let value = Arc::new(AtomicU64::new(0));
         let v = Arc::clone(&value);
-        engine().push(&[], &[&var], 0, move |_| {
+        engine().push(&[], &[var], 0, move |_| {
             std::thread::sleep(std::time::Duration::from_millis(20));
             v.store(5, Ordering::SeqCst);
             Ok(())
         });
         let (v, seen) = (Arc::clone(&value), Arc::new(AtomicU64::new(0)));
         let s = Arc::clone(&seen);
-        engine().push(&[&var], &[], 0, move |_| {
+        engine().push(&[var], &[], 0, move |_| {
             s.store(v.load(Ordering::SeqCst), Ordering::SeqCst);
             Ok(())
         });
-        engine().wait_to_write(&var).unwrap();
+        engine().wait_to_write(var).unwrap();
         assert_eq!(seen.load(Ordering::SeqCst), 5);
     }
 
@@ -1004,12 +900,12 @@ mod tests {
         let var = Var::new();
         let value = Arc::new(AtomicU64::new(0));
         let v = Arc::clone(&value);
-        engine().push(&[], &[&var], 0, move |_| {
+        engine().push(&[], &[var], 0, move |_| {
             std::thread::sleep(std::time::Duration::from_millis(20));
             v.store(7, Ordering::SeqCst);
             Ok(())
         });
-        let read = engine().run_sync(&[&var], &[], || value.load(Ordering::SeqCst)).unwrap();
+        let read = engine().run_sync(&[var], &[], || value.load(Ordering::SeqCst)).unwrap();
         assert_eq!(read, 7);
     }
 
@@ -1018,20 +914,20 @@ mod tests {
         let var = Var::new();
         let log = Arc::new(Mutex::new(Vec::new()));
         let l = Arc::clone(&log);
-        engine().push_batch(&[], &[&var], 0, true, false, move |_| { l.lock().push(1); Ok(()) });
+        engine().push_batch(&[], &[var], 0, true, false, move |_| { l.lock().push(1); Ok(()) });
         assert_eq!(*log.lock(), vec![1], "a ready tiny op has run when push_batch returns");
         let (l, gate) = (Arc::clone(&log), Arc::new(std::sync::Barrier::new(2)));
         let g = Arc::clone(&gate);
-        engine().push(&[], &[&var], 0, move |_| {
+        engine().push(&[], &[var], 0, move |_| {
             g.wait();
             l.lock().push(2);
             Ok(())
         });
         let l = Arc::clone(&log);
-        engine().push_batch(&[&var], &[], 0, true, false, move |_| { l.lock().push(3); Ok(()) });
+        engine().push_batch(&[var], &[], 0, true, false, move |_| { l.lock().push(3); Ok(()) });
         assert_eq!(*log.lock(), vec![1], "a tiny op waits for the pending write");
         gate.wait();
-        engine().wait_to_write(&var).unwrap();
+        engine().wait_to_write(var).unwrap();
         assert_eq!(*log.lock(), vec![1, 2, 3]);
     }
 
@@ -1039,10 +935,10 @@ mod tests {
     fn batches_learn_whether_their_variables_are_disjoint() {
         let (a, b, c) = (Var::new(), Var::new(), Var::new());
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let cases: [(&[&Var], &[&Var], bool); 4] = [
-            (&[&a, &a, &b], &[&c], true),
-            (&[&a], &[&b, &c, &b], false),
-            (&[&a, &c], &[&b, &c], false),
+        let cases: [(&[Var], &[Var], bool); 4] = [
+            (&[a, a, b], &[c], true),
+            (&[a], &[b, c, b], false),
+            (&[a, c], &[b, c], false),
             (&[], &[], true),
         ];
         for (reads, writes, _) in cases {
@@ -1060,19 +956,19 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         for round in 1..=30u64 {
             let v = Arc::clone(&value);
-            engine().push(&[&b, &b], &[&a, &a], 0, move |_| {
+            engine().push(&[b, b], &[a, a], 0, move |_| {
                 std::thread::yield_now();
                 v.store(round, Ordering::SeqCst);
                 Ok(())
             });
             let (v, s) = (Arc::clone(&value), Arc::clone(&seen));
-            engine().push(&[&a, &b, &a], &[], 0, move |_| {
+            engine().push(&[a, b, a], &[], 0, move |_| {
                 std::thread::yield_now();
                 s.lock().push((round, v.load(Ordering::SeqCst)));
                 Ok(())
             });
         }
-        engine().wait_to_write(&a).unwrap();
+        engine().wait_to_write(a).unwrap();
         let seen = seen.lock();
         assert_eq!(seen.len(), 30);
         assert!(seen.iter().all(|(round, v)| round == v), "{seen:?}");
@@ -1083,8 +979,8 @@ mod tests {
         let var = Var::new();
         let done = Arc::new(AtomicU64::new(0));
         let d = Arc::clone(&done);
-        engine().push(&[&var, &var], &[&var, &var], 0, move |_| { d.fetch_add(1, Ordering::SeqCst); Ok(()) });
-        engine().wait_to_write(&var).unwrap();
+        engine().push(&[var, var], &[var, var], 0, move |_| { d.fetch_add(1, Ordering::SeqCst); Ok(()) });
+        engine().wait_to_write(var).unwrap();
         assert_eq!(done.load(Ordering::SeqCst), 1);
     }
 
@@ -1096,30 +992,30 @@ mod tests {
         let e = Engine::start();
         let (a, b, c) = (Var::new(), Var::new(), Var::new());
         let ran = Arc::new(AtomicU64::new(0));
-        e.push(&[], &[&a], 0, |_| Err(Error::new("the sum failed")));
+        e.push(&[], &[a], 0, |_| Err(Error::new("the sum failed")));
         let r = Arc::clone(&ran);
-        e.push(&[&a], &[&b], 0, move |_| {
+        e.push(&[a], &[b], 0, move |_| {
             r.fetch_add(1, Ordering::SeqCst);
             Ok(())
         });
         let r = Arc::clone(&ran);
-        e.push(&[], &[&c], 0, move |_| {
+        e.push(&[], &[c], 0, move |_| {
             r.fetch_add(10, Ordering::SeqCst);
             Ok(())
         });
-        e.wait_to_read(&c).unwrap();
-        assert_eq!(e.wait_to_read(&b).unwrap_err().message(), "the sum failed");
+        e.wait_to_read(c).unwrap();
+        assert_eq!(e.wait_to_read(b).unwrap_err().message(), "the sum failed");
         assert_eq!(ran.load(Ordering::SeqCst), 10, "an op reading a poisoned variable does not run");
         // One failure, shared: reported at the first wait, then gone everywhere (MXNet).
-        e.wait_to_read(&a).unwrap();
+        e.wait_to_read(a).unwrap();
         e.wait_all().unwrap();
         // The variables work again.
         let r = Arc::clone(&ran);
-        e.push(&[&a], &[&b], 0, move |_| {
+        e.push(&[a], &[b], 0, move |_| {
             r.fetch_add(100, Ordering::SeqCst);
             Ok(())
         });
-        e.wait_to_read(&b).unwrap();
+        e.wait_to_read(b).unwrap();
         assert_eq!(ran.load(Ordering::SeqCst), 110);
     }
 
@@ -1127,16 +1023,16 @@ mod tests {
     fn a_panicking_op_is_reported_at_wait_all_and_a_write_after_it_inherits_the_failure() {
         let e = Engine::start();
         let (a, b) = (Var::new(), Var::new());
-        e.push(&[], &[&a], 0, |_| panic!("kaboom"));
-        e.push(&[&b], &[&a], 0, |_| Ok(()));
+        e.push(&[], &[a], 0, |_| panic!("kaboom"));
+        e.push(&[b], &[a], 0, |_| Ok(()));
         let err = e.wait_all().unwrap_err();
         assert!(err.message().contains("panicked: kaboom"), "{err}");
         e.wait_all().unwrap();
-        e.wait_to_write(&a).unwrap();
+        e.wait_to_write(a).unwrap();
         // A synchronous access is a wait too.
-        e.push(&[], &[&b], 0, |_| Err(Error::new("late")));
-        assert_eq!(e.run_sync(&[&b], &[], || 1).unwrap_err().message(), "late");
-        assert_eq!(e.run_sync(&[&b], &[], || 1).unwrap(), 1);
+        e.push(&[], &[b], 0, |_| Err(Error::new("late")));
+        assert_eq!(e.run_sync(&[b], &[], || 1).unwrap_err().message(), "late");
+        assert_eq!(e.run_sync(&[b], &[], || 1).unwrap(), 1);
     }
 
     #[test]
@@ -1145,7 +1041,7 @@ mod tests {
         let (a, b) = (Var::new(), Var::new());
         let value = Arc::new(AtomicU64::new(0));
         let v = Arc::clone(&value);
-        e.push_async(&[], &[&a], 0, move |_, done| {
+        e.push_async(&[], &[a], 0, move |_, done| {
             std::thread::spawn(move || {
                 std::thread::sleep(std::time::Duration::from_millis(30));
                 v.store(42, Ordering::SeqCst);
@@ -1154,18 +1050,18 @@ mod tests {
         });
         let (v, seen) = (Arc::clone(&value), Arc::new(AtomicU64::new(0)));
         let s = Arc::clone(&seen);
-        e.push(&[&a], &[&b], 0, move |_| {
+        e.push(&[a], &[b], 0, move |_| {
             s.store(v.load(Ordering::SeqCst), Ordering::SeqCst);
             Ok(())
         });
-        e.wait_to_read(&b).unwrap();
+        e.wait_to_read(b).unwrap();
         assert_eq!(seen.load(Ordering::SeqCst), 42, "a reader waits for the async op's completion");
-        e.push_async(&[], &[&a], 0, |_, done| {
+        e.push_async(&[], &[a], 0, |_, done| {
             std::thread::spawn(move || done.finish(Err(Error::new("device error"))));
         });
-        assert_eq!(e.wait_to_read(&a).unwrap_err().message(), "device error");
-        e.push_async(&[], &[&a], 0, |_, done| drop(done));
-        assert!(e.wait_to_read(&a).unwrap_err().message().contains("ended without completing"));
+        assert_eq!(e.wait_to_read(a).unwrap_err().message(), "device error");
+        e.push_async(&[], &[a], 0, |_, done| drop(done));
+        assert!(e.wait_to_read(a).unwrap_err().message().contains("ended without completing"));
         e.wait_all().unwrap();
     }
 
@@ -1174,7 +1070,7 @@ mod tests {
         let e = Engine::start();
         let (a, b) = (Var::new(), Var::new());
         let me = std::thread::current().id();
-        let ran_on = |e: &'static Engine, var: &Var| {
+        let ran_on = |e: &'static Engine, var: Var| {
             let (tx, rx) = std::sync::mpsc::channel();
             e.push_device(&[], &[var], 0, DeviceOp { tiny: true, ..DeviceOp::default() }, move |_, done| {
                 tx.send(std::thread::current().id()).unwrap();
@@ -1182,20 +1078,20 @@ mod tests {
             });
             rx.recv().unwrap()
         };
-        assert_eq!(ran_on(e, &a), me, "alone and ready: enqueued by the caller");
+        assert_eq!(ran_on(e, a), me, "alone and ready: enqueued by the caller");
         // Another op in flight (a device op whose work has not completed).
         let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
-        e.push_device(&[], &[&b], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
+        e.push_device(&[], &[b], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
         let pending = rx.recv().unwrap();
-        assert!(ran_on(e, &a) != me, "with other ops outstanding, a worker enqueues it");
+        assert!(ran_on(e, a) != me, "with other ops outstanding, a worker enqueues it");
         pending.finish(Ok(()));
         e.wait_all().unwrap();
         // Not ready (it waits for a write): released later, never on the caller.
         let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
-        e.push_device(&[], &[&a], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
+        e.push_device(&[], &[a], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
         let first = rx.recv().unwrap();
         let (tx2, rx2) = std::sync::mpsc::channel();
-        e.push_device(&[], &[&a], 0, DeviceOp { tiny: true, ..DeviceOp::default() }, move |_, done| {
+        e.push_device(&[], &[a], 0, DeviceOp { tiny: true, ..DeviceOp::default() }, move |_, done| {
             tx2.send(std::thread::current().id()).unwrap();
             done.finish(Ok(()));
         });
@@ -1218,14 +1114,14 @@ mod tests {
         let on = |stream| DeviceOp { stream: Some(stream), ..DeviceOp::default() };
         // The first op writes `a`; its work is enqueued (signalled) but not finished.
         let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
-        e.push_device(&[], &[&a], 0, on(STREAM), move |_, done| tx.send(done).unwrap());
+        e.push_device(&[], &[a], 0, on(STREAM), move |_, done| tx.send(done).unwrap());
         let first = rx.recv().unwrap();
         // Waiting for it: one on its stream, one on another stream, one with none.
         let ran = Arc::new(Mutex::new(Vec::new()));
         let mut dones = Vec::new();
-        for (name, how, write) in [("same", on(STREAM), &b), ("other", on(STREAM + 1), &c), ("none", DeviceOp::default(), &c)] {
+        for (name, how, write) in [("same", on(STREAM), b), ("other", on(STREAM + 1), c), ("none", DeviceOp::default(), c)] {
             let (ran, (tx, rx)) = (Arc::clone(&ran), std::sync::mpsc::channel::<OpDone>());
-            e.push_device(&[&a], &[write], 0, how, move |_, done| {
+            e.push_device(&[a], &[write], 0, how, move |_, done| {
                 ran.lock().push(name);
                 tx.send(done).unwrap();
             });
@@ -1237,13 +1133,13 @@ mod tests {
         assert_eq!(*ran.lock(), ["same"]);
         // Registered after the signal, an op on the same stream does not wait either.
         let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
-        e.push_device(&[&a], &[&b], 0, on(STREAM), move |_, done| tx.send(done).unwrap());
+        e.push_device(&[a], &[b], 0, on(STREAM), move |_, done| tx.send(done).unwrap());
         // (It waits for `same`, which writes `b` and has not finished: finish that first.)
         same.finish(Ok(()));
         let later = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("released without the first op finishing");
         // A tiny one, ready so, is enqueued by the calling thread (others are outstanding).
         let (d, (tx, rx)) = (Var::new(), std::sync::mpsc::channel());
-        e.push_device(&[&a], &[&d], 0, DeviceOp { tiny: true, ..on(STREAM) }, move |_, done| {
+        e.push_device(&[a], &[d], 0, DeviceOp { tiny: true, ..on(STREAM) }, move |_, done| {
             tx.send(std::thread::current().id()).unwrap();
             done.finish(Ok(()));
         });
@@ -1252,7 +1148,7 @@ mod tests {
         // The first op's work fails: the ops ordered behind it on its stream fail with it.
         first.finish(Err(Error::new("device fault")));
         later.finish(Ok(()));
-        let err = e.wait_to_read(&b).unwrap_err();
+        let err = e.wait_to_read(b).unwrap_err();
         assert!(err.message().contains("device fault"), "{}", err.message());
         // The ops that waited for it inherit the failure without running.
         for rx in &dones[1..] {
@@ -1270,25 +1166,25 @@ mod tests {
         let thread_of = |slot: &Arc<Mutex<Option<std::thread::ThreadId>>>| slot.lock().unwrap();
         // Device op 1 completes on a thread of its own (as from a device's completion thread).
         let (tx, rx) = std::sync::mpsc::channel::<OpDone>();
-        e.push_device(&[], &[&a], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
+        e.push_device(&[], &[a], 0, DeviceOp::default(), move |_, done| tx.send(done).unwrap());
         let (second, third, heavy) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
         let second_returned = Arc::new(AtomicBool::new(false));
         let (s, returned) = (Arc::clone(&second), Arc::clone(&second_returned));
         // Device op 2 waits for op 1; it finishes at once, releasing device op 3.
-        e.push_device(&[], &[&a], 0, DeviceOp::default(), move |_, done| {
+        e.push_device(&[], &[a], 0, DeviceOp::default(), move |_, done| {
             *s.lock() = Some(std::thread::current().id());
             done.finish(Ok(()));
             returned.store(true, Ordering::SeqCst);
         });
         let (t, returned) = (Arc::clone(&third), Arc::clone(&second_returned));
-        e.push_device(&[], &[&a], 0, DeviceOp::default(), move |_, done| {
+        e.push_device(&[], &[a], 0, DeviceOp::default(), move |_, done| {
             *t.lock() = Some((std::thread::current().id(), returned.load(Ordering::SeqCst)));
             done.finish(Ok(()));
         });
         // A device op over many arrays, released by op 3, is enqueued by a worker meanwhile.
         let many: Vec<Var> = (0..LIGHT_DEVICE_OP_ARRAYS).map(|_| Var::new()).collect();
-        let mut writes: Vec<&Var> = many.iter().collect();
-        writes.push(&a);
+        let mut writes = many.clone();
+        writes.push(a);
         let hv = Arc::clone(&heavy);
         e.push_device(&[], &writes, 0, DeviceOp::default(), move |_, done| {
             *hv.lock() = Some(std::thread::current().id());
@@ -1297,7 +1193,7 @@ mod tests {
         // A host op after them runs on a worker, as always.
         let host = Arc::new(Mutex::new(None));
         let h = Arc::clone(&host);
-        e.push(&[&a], &[], 0, move |_| {
+        e.push(&[a], &[], 0, move |_| {
             *h.lock() = Some(std::thread::current().id());
             Ok(())
         });
@@ -1372,61 +1268,61 @@ mod tests {
         let ran = Arc::new(AtomicU64::new(0));
         let r = Arc::clone(&ran);
         // Listed twice, and read and written: the host gets each token once, writes winning.
-        e.push(&[&a, &b], &[&b, &b], 0, move |_| {
+        e.push(&[a, b], &[b, b], 0, move |_| {
             r.fetch_add(1, Ordering::SeqCst);
             Ok(())
         });
         assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing runs before the host starts it");
         let (reads, writes) = host.start_next();
-        let (ta, tb) = (e.host_token(&a).unwrap().unwrap(), e.host_token(&b).unwrap().unwrap());
+        let (ta, tb) = (e.host_token(a).unwrap().unwrap(), e.host_token(b).unwrap().unwrap());
         assert_eq!((reads, writes), (vec![ta], vec![tb]));
         assert_eq!(ran.load(Ordering::SeqCst), 1);
         assert_eq!(host.completions.lock().pop(), Some(None), "a finished op completes the host's");
 
         // A failing op fails the host's op with its message; the engine's wait reports it.
-        e.push(&[], &[&b], 0, |_| Err(Error::new("sum failed")));
+        e.push(&[], &[b], 0, |_| Err(Error::new("sum failed")));
         host.start_next();
         assert_eq!(host.completions.lock().pop(), Some(Some("sum failed".to_string())));
-        assert_eq!(e.wait_to_read(&b).unwrap_err().message(), "sum failed");
+        assert_eq!(e.wait_to_read(b).unwrap_err().message(), "sum failed");
 
         // An op the host skips (a failure on its tokens) fails, and what it writes reports it.
-        e.push(&[&b], &[&a], 0, |_| Ok(()));
+        e.push(&[b], &[a], 0, |_| Ok(()));
         drop(host.pushed.lock().remove(0));
-        assert!(e.wait_to_read(&a).unwrap_err().message().contains("skipped"));
+        assert!(e.wait_to_read(a).unwrap_err().message().contains("skipped"));
 
         // An op the host side refuses does not run: it fails with the reason, on both sides.
         let r = Arc::clone(&ran);
-        e.push(&[], &[&b], 0, move |_| {
+        e.push(&[], &[b], 0, move |_| {
             r.fetch_add(1, Ordering::SeqCst);
             Ok(())
         });
         host.start_next_with(Some("memory moved".to_string()));
         assert_eq!(ran.load(Ordering::SeqCst), 1, "a refused op does not run");
         assert_eq!(host.completions.lock().pop(), Some(Some("memory moved".to_string())));
-        assert_eq!(e.wait_to_read(&b).unwrap_err().message(), "memory moved");
+        assert_eq!(e.wait_to_read(b).unwrap_err().message(), "memory moved");
 
         // An op reading a variable that holds a failure does not run: it inherits the failure,
         // and the host's op fails with it.
-        e.push(&[], &[&a], 0, |_| Err(Error::new("first")));
+        e.push(&[], &[a], 0, |_| Err(Error::new("first")));
         host.start_next();
         let r = Arc::clone(&ran);
-        e.push(&[&a], &[&b], 0, move |_| {
+        e.push(&[a], &[b], 0, move |_| {
             r.fetch_add(1, Ordering::SeqCst);
             Ok(())
         });
         host.start_next();
         assert_eq!(ran.load(Ordering::SeqCst), 1);
         assert_eq!(host.completions.lock().pop(), Some(Some("first".to_string())));
-        assert_eq!(e.wait_to_read(&b).unwrap_err().message(), "first");
+        assert_eq!(e.wait_to_read(b).unwrap_err().message(), "first");
 
         // A token bound by the caller is the one the host gets; unbinding makes a new one.
         let c = Var::new();
-        assert!(e.bind_host_token(&c, 1000));
-        assert!(!e.bind_host_token(&c, 1001), "a variable's token is bound once");
-        e.push(&[&c], &[], 0, |_| Ok(()));
+        assert!(e.bind_host_token(c, 1000));
+        assert!(!e.bind_host_token(c, 1001), "a variable's token is bound once");
+        e.push(&[c], &[], 0, |_| Ok(()));
         assert_eq!(host.start_next().0, vec![1000]);
-        e.release_host_token(&c);
-        assert_ne!(e.host_token(&c).unwrap(), Some(1000));
+        e.release_host_token(c);
+        assert_ne!(e.host_token(c).unwrap(), Some(1000));
         e.wait_all().unwrap();
     }
 }

@@ -31,6 +31,8 @@ pub const MAX_SIZE: usize = i32::MAX as usize - 1;
 #[derive(Clone)]
 pub struct NDArray {
     chunk: Arc<Chunk>,
+    /// The chunk's variable, inline: registering a call's arrays then reads only their vector.
+    var: Var,
     shape: shape::Shape,
     dtype: DType,
     ctx: Context,
@@ -120,7 +122,9 @@ impl NDArray {
     }
 
     fn from_payload(payload: Payload, shape: &[usize], ctx: Context, dtype: DType, stype: StorageType) -> NDArray {
-        NDArray { chunk: Arc::new(Chunk::new(payload, stype == StorageType::Default)), shape: shape.into(), dtype, ctx, stype, offset: 0 }
+        let chunk = Arc::new(Chunk::new(payload, stype == StorageType::Default));
+        let var = chunk.var.var();
+        NDArray { chunk, var, shape: shape.into(), dtype, ctx, stype, offset: 0 }
     }
 
     /// Logical shape.
@@ -149,8 +153,8 @@ impl NDArray {
     }
 
     /// The engine variable ordering the ops on this array's memory.
-    pub fn var(&self) -> &Var {
-        &self.chunk.var
+    pub fn var(&self) -> Var {
+        self.var
     }
 
     /// Hints that this array will soon be cloned: asks for the cache line of its chunk's

@@ -1,7 +1,7 @@
 //! Storage types, with MXNet's frozen codes, and the chunk that holds an array's memory.
 
 use super::DType;
-use crate::engine::Var;
+use crate::engine::OwnedVar;
 use crate::error::Result;
 use crate::base::CachePadded;
 use parking_lot::RwLock;
@@ -84,8 +84,8 @@ pub struct Payload {
 pub struct Chunk {
     /// The bytes.
     pub payload: CachePadded<RwLock<Payload>>,
-    /// The engine variable ordering the ops on this chunk.
-    pub var: CachePadded<Var>,
+    /// The engine variable ordering the ops on this chunk (its arrays keep a copy inline).
+    pub var: OwnedVar,
     /// What backends keep with this memory from one op to the next, dropped with it
     /// ([`super::NDArray::kept`]).
     pub kept: parking_lot::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
@@ -102,7 +102,7 @@ impl Chunk {
         let dense_device = if dense { payload.data.device_ptr() } else { None };
         Chunk {
             payload: CachePadded::new(RwLock::new(payload)),
-            var: CachePadded::new(Var::new()),
+            var: OwnedVar::new(),
             kept: parking_lot::Mutex::new(Vec::new()),
             dense_device,
         }

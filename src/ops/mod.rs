@@ -48,7 +48,7 @@ pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given
     }
     let target = given.and_then(|g| g.iter().flatten().next()).map(|a| (a.shape().to_vec(), a.dtype()));
 
-    let reads: Vec<&Var> = inputs.iter().map(NDArray::var).collect();
+    let reads: Vec<Var> = inputs.iter().map(NDArray::var).collect();
     let values = engine().run_sync(&reads, &[], || inputs.iter().map(Dense::read_now).collect::<Result<Vec<_>>>())??;
     let results = kernel.compute(name, &values, &params, target.as_ref().map(|(s, d)| (s.as_slice(), *d)))?;
 
@@ -70,9 +70,9 @@ pub fn invoke(op: OpRef, inputs: &[NDArray], keys: &[&str], vals: &[&str], given
         None => results.iter().map(|r| r.allocate(ctx)).collect::<Result<_>>()?,
     };
 
-    let mut writes: Vec<&Var> = Vec::new();
+    let mut writes: Vec<Var> = Vec::new();
     for o in &outputs {
-        if !writes.iter().any(|w| std::ptr::eq(*w, o.var())) {
+        if !writes.iter().any(|w| *w == o.var()) {
             writes.push(o.var());
         }
     }

@@ -217,7 +217,7 @@ pub fn try_in_place(scalar: bool, inputs: &[NDArray], params: &Params, given: Op
     }
     // `a[i] += x` assigns a view of `a` itself: the value is copied out (it is the box's
     // size) before the array is written, and a read of the written var is not registered.
-    let reads: Vec<&Var> = value.filter(|v| !v.same_chunk(out)).map(NDArray::var).into_iter().collect();
+    let reads: Vec<Var> = value.filter(|v| !v.same_chunk(out)).map(NDArray::var).into_iter().collect();
     engine().run_sync(&reads, &[out.var()], || -> Result<()> {
         let value = value.map(Dense::read_now).transpose()?;
         out.write_bytes(|dst| assign_box(dst, out.shape(), out.dtype(), value.as_ref(), params, op))

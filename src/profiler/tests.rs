@@ -28,8 +28,8 @@ fn off_by_default_then_records_spans_ops_and_aggregates() {
         let _call = span(Class::Call, "push", args);
         let op = traced("sum", args, |_| Ok(()));
         let var = crate::engine::Var::new();
-        crate::engine::engine().push_batch(&[], &[&var], 0, false, false, op);
-        crate::engine::engine().wait_to_write(&var).unwrap();
+        crate::engine::engine().push_batch(&[], &[var], 0, false, false, op);
+        crate::engine::engine().wait_to_write(var).unwrap();
     }
     pause(true, 0).unwrap();
     drop(span(Class::Call, "paused_call", args));

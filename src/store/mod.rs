@@ -247,7 +247,9 @@ impl KVStore {
         let rules = self.comm.rules();
         crate::ensure!(ignore_sparse || !rules.pull_ignores_sparse, "dist kvstore pull doesn't support ignore_sparse=False");
         let entries = &state.entries;
-        let copies = plan::plan_pull(&|id| entries.get(&id).map(|e| e.stored.clone()), ids, &shown, outs, ignore_sparse)?;
+        let lookup = |id| entries.get(&id).map(|e| e.stored.clone());
+        let ahead = |id| entries.get(&id).iter().for_each(|e| e.stored.prefetch_clone());
+        let copies = plan::plan_pull(&lookup, &ahead, ids, &shown, outs, ignore_sparse)?;
         plan::check_pull_rules(&rules, &copies, &shown)?;
         Ok(copies)
     }
@@ -384,7 +386,7 @@ impl KVStore {
             // Made before anything changes; stored with the value's storage type, as Init does.
             let stored = plan::new_stored_values(&inits, STORE_CONTEXT)?;
             let lookup = |id: i32| stored.get(&id).cloned().or_else(|| entries.get(&id).map(|e| e.stored.clone()));
-            let copies = plan::plan_pull(&lookup, &oids, &shown, outs, true)?;
+            let copies = plan::plan_pull(&lookup, &|_| (), &oids, &shown, outs, true)?;
             plan::check_pull_rules(&rules, &copies, &shown)?;
             if nccl {
                 nccl::check_pull(devices.as_ref(), &copies, &shown)?;
@@ -557,7 +559,11 @@ impl KVStore {
         prepared.try_reserve_exact(groups.len()).map_err(|_| crate::Error::out_of_memory("a push's plan"))?;
         let kind = self.kind();
         let nccl_root = nccl_devices.as_ref().and_then(|d| d.as_ref().map(nccl::DeviceSet::root));
-        for g in &groups {
+        for (i, g) in groups.iter().enumerate() {
+            // Most pushes clone the stored value (see `plan::plan_pull`).
+            if let Some(next) = groups.get(i + plan::STORED_AHEAD).and_then(|n| state.entries.get(&n.id)) {
+                next.stored.prefetch_clone();
+            }
             let vals = &values[g.values.clone()];
             let merge_gpu = match kind {
                 // Every sum of several values lands on the set's root, the keys initialised

@@ -25,8 +25,8 @@ pub(super) fn is_native(job: &CompressedSumJob) -> bool {
 /// Schedules the compressed sums of `batch` (each [`is_native`]) as one op.
 pub(super) fn push_compressed(batch: Vec<CompressedSumJob>, priority: i32) {
     let batch = Arc::new(batch);
-    let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(NDArray::var)).collect();
-    let writes: Vec<&Var> = batch.iter().flat_map(|j| j.residuals.iter().chain(std::iter::once(&j.dst)).map(NDArray::var)).collect();
+    let reads: Vec<Var> = batch.iter().flat_map(|j| j.values.iter().map(NDArray::var)).collect();
+    let writes: Vec<Var> = batch.iter().flat_map(|j| j.residuals.iter().chain(std::iter::once(&j.dst)).map(NDArray::var)).collect();
     let batch_for_op = Arc::clone(&batch);
     engine().push_device(&reads, &writes, priority, DeviceOp::default(), move |_, done| run(batch_for_op, done));
 }

@@ -80,14 +80,14 @@ pub(super) fn push_pairs(pairs: Pairs, priority: i32) {
     // Shared with the op, not cloned (see [`Pairs`]).
     let pairs = Arc::new(pairs);
     // A pull's pairs come grouped by source (a key's outputs): each source is read once.
-    let mut reads: Vec<&Var> = Vec::with_capacity(pairs.jobs.len());
+    let mut reads: Vec<Var> = Vec::with_capacity(pairs.jobs.len());
     for job in pairs.jobs.iter().filter(|j| !j.dsts.is_empty()) {
-        if reads.last().is_none_or(|last| !std::ptr::eq(*last, job.src.var())) {
+        if reads.last().is_none_or(|last| *last != job.src.var()) {
             reads.push(job.src.var());
         }
     }
     // Sized up front (see `sum::push_sums`).
-    let mut writes: Vec<&Var> = Vec::with_capacity(pairs.len());
+    let mut writes: Vec<Var> = Vec::with_capacity(pairs.len());
     writes.extend(pairs.iter().map(|(_, d)| d.var()));
     let pairs_for_op = Arc::clone(&pairs);
     // A tiny op of copies within one GPU is ordered by that GPU's stream: it need not wait

@@ -97,8 +97,8 @@ fn push_copies<T: Send + 'static>(
         return;
     }
     let held = pairs.clone();
-    let reads: Vec<&Var> = held.iter().map(|(s, _)| s.var()).collect();
-    let writes: Vec<&Var> = held.iter().map(|(_, d)| d.var()).collect();
+    let reads: Vec<Var> = held.iter().map(|(s, _)| s.var()).collect();
+    let writes: Vec<Var> = held.iter().map(|(_, d)| d.var()).collect();
     engine().push_device(&reads, &writes, priority, DeviceOp::default(), move |_env, done| {
         let gpu_side = |(s, d): &(NDArray, NDArray)| match shown {
             Side::Source => s.clone(),

@@ -104,8 +104,8 @@ fn push_id_downloads(sources: Vec<NDArray>, owners: Vec<(NDArray, usize)>, write
     let slot: Slot = Arc::new(Mutex::new(None));
     let filled = Arc::clone(&slot);
     let held = (sources.clone(), writes.to_vec());
-    let reads: Vec<&Var> = held.0.iter().map(NDArray::var).collect();
-    let write_vars: Vec<&Var> = held.1.iter().map(NDArray::var).collect();
+    let reads: Vec<Var> = held.0.iter().map(NDArray::var).collect();
+    let write_vars: Vec<Var> = held.1.iter().map(NDArray::var).collect();
     let written = writes.to_vec();
     engine().push_device(&reads, &write_vars, priority, DeviceOp::default(), move |_, done| {
         let bytes = sources.iter().filter_map(NDArray::device_rows).map(|p| p.rows * p.id_dtype.size()).sum();
@@ -246,8 +246,8 @@ pub(super) fn push_sums(values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, priority
         }
     }
     let slot = (!on_gpus.is_empty()).then(|| push_id_downloads(on_gpus, owners, &dsts, priority));
-    let reads: Vec<&Var> = batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)).collect();
-    let writes: Vec<&Var> = dsts.iter().map(NDArray::var).collect();
+    let reads: Vec<Var> = batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)).collect();
+    let writes: Vec<Var> = dsts.iter().map(NDArray::var).collect();
     let values = Arc::clone(values);
     engine().push_device(&reads, &writes, priority, DeviceOp::default(), move |_, done| run_sums(values, batch, slot, done));
 }

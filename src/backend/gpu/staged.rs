@@ -105,7 +105,7 @@ impl Staging {
 /// Schedules a failure onto `written`: staging could not be set up (no pinned memory), and
 /// the next wait on those arrays reports why.
 pub(super) fn fail(written: &[&NDArray], why: crate::Error, priority: i32) {
-    let vars: Vec<&Var> = written.iter().map(|a| a.var()).collect();
+    let vars: Vec<Var> = written.iter().map(|a| a.var()).collect();
     engine().push(&[], &vars, priority, move |_| Err(why));
 }
 

@@ -35,9 +35,9 @@ pub(super) fn push_sums(order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<
     let batch = Arc::new(batch);
     // Sized up front: a flattened iterator gives no length, and a call of thousands of values
     // would grow the vector a dozen times.
-    let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
+    let mut reads: Vec<Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
     reads.extend(batch.iter().flat_map(|j| values[j.values.clone()].iter().map(NDArray::var)));
-    let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
+    let writes: Vec<Var> = batch.iter().map(|j| j.dst.var()).collect();
     let values_for_op = Arc::clone(values);
     let batch_for_op = Arc::clone(&batch);
     let work = move |_: &crate::engine::OpEnv, done| run(order, values_for_op, batch_for_op, done);

@@ -42,8 +42,8 @@ fn submit(
     keys: usize,
     shown: &NDArray,
     bytes: usize,
-    reads: &[&Var],
-    writes: &[&Var],
+    reads: &[Var],
+    writes: &[Var],
     priority: i32,
     extensible: bool,
     work: impl FnOnce(&OpEnv) -> Result<()> + Send + 'static,
@@ -64,9 +64,9 @@ impl Backend for Host {
     fn sum(&self, order: SumOrder, values: &Arc<Vec<NDArray>>, batch: Vec<SumJob>, bytes: usize, priority: i32) -> Option<Ticket> {
         // Shared with the op, not cloned: cloning views touches refcounts the workers use too.
         let batch = Arc::new(batch);
-        let mut reads: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
+        let mut reads: Vec<Var> = Vec::with_capacity(batch.iter().map(|j| j.values.len()).sum());
         reads.extend(batch.iter().flat_map(|j| values[j.values.clone()].iter().map(|v| v.var())));
-        let writes: Vec<&Var> = batch.iter().map(|j| j.dst.var()).collect();
+        let writes: Vec<Var> = batch.iter().map(|j| j.dst.var()).collect();
         let (values_for_op, batch_for_op) = (Arc::clone(values), Arc::clone(&batch));
         let extensible = batch.iter().any(|j| j.tail.is_some());
         submit("sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, extensible, move |env| run_sum_batch(order, &values_for_op, &batch_for_op, env))
@@ -74,8 +74,8 @@ impl Backend for Host {
 
     fn compressed_sum(&self, batch: Vec<CompressedSumJob>, bytes: usize, priority: i32) {
         let batch = Arc::new(batch);
-        let reads: Vec<&Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
-        let writes: Vec<&Var> =
+        let reads: Vec<Var> = batch.iter().flat_map(|j| j.values.iter().map(|v| v.var())).collect();
+        let writes: Vec<Var> =
             batch.iter().flat_map(|j| j.residuals.iter().map(|r| r.var()).chain(std::iter::once(j.dst.var()))).collect();
         let batch_for_op = Arc::clone(&batch);
         submit("compressed_sum", batch.len(), &batch[0].dst, bytes, &reads, &writes, priority, false, move |_| batch_for_op.iter().try_for_each(run_compressed_sum));
@@ -83,8 +83,8 @@ impl Backend for Host {
 
     fn copy(&self, outs: &Arc<Vec<NDArray>>, batch: Vec<CopyJob>, bytes: usize, priority: i32) {
         let batch = Arc::new(batch);
-        let reads: Vec<&Var> = batch.iter().map(|j| j.src.var()).collect();
-        let mut writes: Vec<&Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
+        let reads: Vec<Var> = batch.iter().map(|j| j.src.var()).collect();
+        let mut writes: Vec<Var> = Vec::with_capacity(batch.iter().map(|j| j.dsts.len()).sum());
         writes.extend(batch.iter().flat_map(|j| outs[j.dsts.clone()].iter().map(|d| d.var())));
         let (outs_for_op, batch_for_op) = (Arc::clone(outs), Arc::clone(&batch));
         submit("copy", batch.len(), outs.get(batch[0].dsts.start).unwrap_or(&batch[0].src), bytes, &reads, &writes, priority, false, move |env| run_copy_batch(&outs_for_op, &batch_for_op, env));

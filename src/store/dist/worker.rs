@@ -459,7 +459,7 @@ impl Worker {
             Err(e) => return engine().push(&[], &[comm.var()], priority, move |_| Err(e)),
         };
         let held = values.clone();
-        let reads: Vec<&crate::engine::Var> = held.iter().map(|v| v.var()).collect();
+        let reads: Vec<crate::engine::Var> = held.iter().map(|v| v.var()).collect();
         // A big part of a sync round goes in chunks (not a compressed or init push), so that
         // its server sums and answers each chunk while the next is on the wire (`chunks`).
         let esz = values.first().map_or(1, |v| v.dtype().size());
@@ -551,7 +551,7 @@ impl Worker {
     /// every push counts toward the round. Finishes when every server has answered.
     fn schedule_rsp_push(&self, key: i32, values: Vec<NDArray>, comm: &NDArray, parts: &[RowPart], flags: u8, priority: i32) {
         let held = values.clone();
-        let reads: Vec<&crate::engine::Var> = held.iter().map(|v| v.var()).collect();
+        let reads: Vec<crate::engine::Var> = held.iter().map(|v| v.var()).collect();
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
