@@ -199,14 +199,16 @@ static double run(const char *name, int from_cpu, int n_gpus, int iters) {
 }
 
 int main(int argc, char **argv) {
-  int iters = 20, n_names = 0;
+  /* --gpu-only: no pushes from CPU arrays (a profile of the GPU values' calls alone). */
+  int iters = 20, n_names = 0, gpu_only = 0;
   const char *names[8];
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--workload") && i + 1 < argc && n_names < 8) names[n_names++] = argv[++i];
     else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace_dir = argv[++i];
     else if (!strcmp(argv[i], "--phases")) phases = 1;
-    else { fprintf(stderr, "usage: %s [--iters N] [--trace DIR] [--phases] [--workload NAME]...\n", argv[0]); return 2; }
+    else if (!strcmp(argv[i], "--gpu-only")) gpu_only = 1;
+    else { fprintf(stderr, "usage: %s [--iters N] [--trace DIR] [--phases] [--gpu-only] [--workload NAME]...\n", argv[0]); return 2; }
   }
   if (n_names == 0) { names[0] = "resnet50"; names[1] = "big"; names[2] = "small"; names[3] = "latency"; n_names = 4; }
   if (iters < 1) iters = 1;
@@ -225,7 +227,7 @@ int main(int argc, char **argv) {
     if (!measure_limits(bytes / 2, &d2d, &h2d_gbs)) { printf("gpubench: could not measure the copy limit\n"); return 1; }
     d2d *= 2;
     for (int from_cpu = 0; from_cpu < 2; from_cpu++) {
-      if (from_cpu && !strcmp(names[w], "latency")) continue;
+      if (from_cpu && (gpu_only || !strcmp(names[w], "latency"))) continue;
       double s = run(names[w], from_cpu, n_gpus, strcmp(names[w], "small") ? iters : 2 * iters);
       if (!strcmp(names[w], "latency")) printf("%-9s %-5s %10.1f us\n", names[w], "gpu", s * 1e6);
       else if (from_cpu) {

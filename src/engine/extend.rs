@@ -38,13 +38,11 @@ impl Engine {
         if work.is_none() || op.host_started.load(Ordering::Acquire) {
             return false;
         }
-        let mut states: Vec<_> = writes.iter().map(|v| v.slot().state.lock()).collect();
-        let ids: Vec<u64> = states.iter().map(|s| s.id).collect();
+        let ids: Vec<u64> = writes.iter().map(|v| v.slot().id()).collect();
         if self.poison.find(&ids).is_some() {
             return false;
         }
-        let free = |s: &super::vars::VarState| s.last_write.as_ref().is_none_or(|w| w.is_done()) && s.reads_since_write.all_done();
-        if !states.iter().all(|s| free(s)) {
+        if !writes.iter().all(|v| v.slot().is_free()) {
             return false;
         }
         if let Some(host) = self.host_scheduler() {
@@ -54,12 +52,9 @@ impl Engine {
             }
             op.host_extensions.lock().push(ext);
         }
-        for s in states.iter_mut() {
-            s.reads_since_write.take_all().for_each(drop);
-            s.last_write = Some(Arc::clone(&op.completion));
-            s.ops += 1;
+        for var in writes {
+            var.slot().take_over(op.mark);
         }
-        drop(states);
         op.extra_writes.lock().extend(ids);
         attach();
         drop(work);
@@ -140,7 +135,7 @@ mod tests {
         let (poisoned, other) = (Var::new(), Var::new());
         e.push(&[], &[poisoned], 0, |_| Err(crate::Error::new("kept failure")));
         // Finished, its failure kept (a wait would clear it).
-        while !poisoned.slot().state.lock().last_write.as_ref().is_none_or(|w| w.is_done()) {
+        while poisoned.slot().last_writer().is_some_and(|w| !w.is_done()) {
             std::thread::yield_now();
         }
         held_op(e, blocker, &gate, &log);

@@ -14,6 +14,7 @@
 mod completion;
 mod extend;
 mod host_extend;
+mod marks;
 mod placement;
 mod poison;
 mod queue;
@@ -118,6 +119,8 @@ pub(crate) struct Op {
     work: Mutex<Option<Work>>,
     priority: i32,
     completion: Arc<Completion>,
+    /// How variables' slots name it (see [`marks`]).
+    mark: marks::MarkRef,
     disjoint: bool,
     /// Ids of the variables written, then of those read: where a failure goes, and where an
     /// inherited one comes from.
@@ -211,21 +214,8 @@ pub fn engine() -> &'static Engine {
     *ENGINE
 }
 
-/// Adds an unfinished `dep` to an op's dependencies, unless it is among the few added last:
-/// the arrays of one op usually come from the same few ops before it (a pull of thousands of
-/// keys reads the sums of a few batches; a write after a read waits for the read and the write
-/// before it), and each entry costs a waiter entry and a release.
-fn add_dep(deps: &mut Vec<Arc<Completion>>, dep: Arc<Completion>) {
-    const RECENT: usize = 4;
-    let recent = &deps[deps.len().saturating_sub(RECENT)..];
-    if !dep.is_done() && !recent.iter().any(|d| Arc::ptr_eq(d, &dep)) {
-        deps.push(dep);
-    }
-}
-
 /// Asks for the variable a few places after `i`: each is on its own cache line, usually not
-/// in this core's cache (the data a call moves evicts them), and its lock would otherwise wait
-/// for each miss in turn.
+/// in this core's cache (the data a call moves evicts them), which registration then writes.
 #[inline(always)]
 fn prefetch_ahead(vars: &[Var], i: usize) {
     const AHEAD: usize = 8;
@@ -247,7 +237,9 @@ fn catch<R>(work: impl FnOnce() -> Result<R>) -> Result<R> {
 
 struct Registered {
     completion: Arc<Completion>,
-    deps: Vec<Arc<Completion>>,
+    /// The op's mark (see [`marks`]), given back as it completes.
+    mark: marks::MarkRef,
+    deps: vars::Deps,
     disjoint: bool,
     /// Ids of the writes, then of the reads.
     vars: Vec<u64>,
@@ -309,51 +301,30 @@ impl Engine {
     /// than once, or in both): its completion, the completions it must wait for, whether its
     /// variables are disjoint (none written twice, none both read and written), and their ids.
     fn register(&self, reads: &[Var], writes: &[Var], device: bool) -> Registered {
-        let completion = Arc::new(Completion::new(device));
+        let (op, completion) = marks::marked(device);
         let mut deps = Vec::new();
         let mut disjoint = true;
         let mut vars = Vec::with_capacity(reads.len() + writes.len());
-        let is_mine = |c: &Option<Arc<Completion>>| c.as_ref().is_some_and(|c| Arc::ptr_eq(c, &completion));
         let _guard = self.schedule_lock.lock();
         // Writes first: a variable this op also reads, or lists twice, then shows this op as
-        // its last writer, which the checks below recognise.
+        // its last writer, which the reads recognise.
         for (i, var) in writes.iter().enumerate() {
             prefetch_ahead(writes, i);
-            let mut s = var.slot().state.lock();
-            vars.push(s.id);
-            if is_mine(&s.last_write) {
+            let slot = var.slot();
+            vars.push(slot.id());
+            if slot.register_write(op, &mut deps) != vars::Registration::Added {
                 disjoint = false;
-                continue;
             }
-            for dep in s.last_write.take().into_iter().chain(s.reads_since_write.take_all()) {
-                add_dep(&mut deps, dep);
-            }
-            s.last_write = Some(Arc::clone(&completion));
-            s.ops += 1;
         }
         for (i, var) in reads.iter().enumerate() {
             prefetch_ahead(reads, i);
-            let mut s = var.slot().state.lock();
-            vars.push(s.id);
-            if is_mine(&s.last_write) {
+            let slot = var.slot();
+            vars.push(slot.id());
+            if slot.register_read(op, &mut deps) == vars::Registration::WrittenByIt {
                 disjoint = false;
-                continue;
             }
-            if s.reads_since_write.ends_with(&completion) {
-                continue;
-            }
-            // A finished writer is forgotten: it is usually the op that filled the array long
-            // ago, a completion of its own whose line every later read would otherwise miss.
-            match &s.last_write {
-                Some(w) if !w.is_done() => add_dep(&mut deps, Arc::clone(w)),
-                Some(_) => s.last_write = None,
-                None => {}
-            }
-            s.reads_since_write.prune();
-            s.reads_since_write.add(&completion);
-            s.ops += 1;
         }
-        Registered { completion, deps, disjoint, vars }
+        Registered { completion, mark: op, deps, disjoint, vars }
     }
 
     /// Schedules `work`, which reads `reads` and writes `writes`, and returns at once. Among
@@ -412,7 +383,7 @@ impl Engine {
     /// shut down), the host's own ops on the memory are not counted, and `None` says so.
     pub fn ops_on(&self, var: Var) -> Option<u64> {
         let hosted = self.host.is_some() || SCHEDULER.get().is_some();
-        (!hosted).then(|| var.slot().state.lock().ops)
+        (!hosted).then(|| var.slot().ops())
     }
 
     /// Whether a host's engine (hosted mode) runs the ops now.
@@ -438,12 +409,13 @@ impl Engine {
         if device {
             self.device_outstanding.fetch_add(1, Ordering::AcqRel);
         }
-        let Registered { completion, deps, disjoint, vars } = self.register(reads, writes, device);
+        let Registered { completion, mark, deps, disjoint, vars } = self.register(reads, writes, device);
         let op = Arc::new(Op {
             remaining: AtomicUsize::new(1),
             work: Mutex::new(Some(work)),
             priority,
             completion,
+            mark,
             disjoint,
             vars,
             writes: writes.len(),
@@ -463,7 +435,7 @@ impl Engine {
             self.schedule_on_host(host, reads, writes, op, ticketed);
             return ticket;
         }
-        for dep in deps {
+        for (_, dep) in deps {
             op.remaining.fetch_add(1, Ordering::AcqRel);
             match dep.add_waiter(&op) {
                 completion::Wait::Added => {}
@@ -566,8 +538,8 @@ impl Engine {
     /// kept on any of the variables is reported (and cleared) instead of running `work`, as
     /// MXNet's `WaitToRead`/`WaitToWrite` do before a synchronous copy.
     pub fn run_sync<R>(&'static self, reads: &[Var], writes: &[Var], work: impl FnOnce() -> R) -> Result<R> {
-        let Registered { completion, deps, vars, .. } = self.register(reads, writes, false);
-        for dep in deps {
+        let Registered { completion, mark, deps, vars, .. } = self.register(reads, writes, false);
+        for (_, dep) in deps {
             dep.wait();
         }
         // In hosted mode the host's own ops on the tokens (a turn's) count too. The store's
@@ -581,15 +553,17 @@ impl Engine {
             None => Ok(()),
         };
         // Complete even if `work` panics, or every later op on these vars would hang.
-        struct CompleteOnDrop(&'static Engine, Arc<Completion>);
+        struct CompleteOnDrop(&'static Engine, Arc<Completion>, marks::MarkRef);
         impl Drop for CompleteOnDrop {
             fn drop(&mut self) {
-                for waiter in self.1.complete() {
+                let waiters = self.1.complete();
+                marks::give_back(self.2);
+                for waiter in waiters {
                     self.0.release(waiter);
                 }
             }
         }
-        let _complete = CompleteOnDrop(self, completion);
+        let _complete = CompleteOnDrop(self, completion, mark);
         if let Some(error) = self.poison.take(&vars) {
             return Err(error);
         }
@@ -715,7 +689,9 @@ impl Engine {
         for ext in extensions {
             ext.op_finished(self, failure.as_ref().and_then(|f| f.message()));
         }
-        for waiter in op.completion.complete() {
+        let waiters = op.completion.complete();
+        marks::give_back(op.mark);
+        for waiter in waiters {
             if op.device && waiter.device {
                 self.release_after_device_op(waiter);
             } else {
@@ -848,7 +824,7 @@ mod tests {
             gate.recv().ok();
             Ok(())
         });
-        let writer = vars[0].slot().state.lock().last_write.clone().expect("the writer is registered");
+        let writer = vars[0].slot().last_writer().expect("the writer is registered");
         let (done, seen) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let d = Arc::clone(&done);
         engine().push(&refs, &[], 0, move |_| {
@@ -877,7 +853,7 @@ mod tests {
         engine().push(&[], &[var], 0, |_| Ok(()));
         engine().wait_to_read(var).unwrap();
         engine().wait_to_read(var).unwrap();
-        assert!(var.slot().state.lock().last_write.is_none(), "a read after the write finished drops it");
+        assert!(!var.slot().names_a_writer(), "a read after the write finished drops it");
         let value = Arc::new(AtomicU64::new(0));
         let v = Arc::clone(&value);
         engine().push(&[], &[var], 0, move |_| {

@@ -10,80 +10,199 @@
 //! (the ops holding arrays keep their owners alive, so no op does).
 
 use super::completion::Completion;
+use super::marks::MarkRef;
 use super::{Scheduler, ENGINE, SCHEDULER};
 use crate::error::Result;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Slots made at a time when none is free (64 KiB).
 const SLOTS_PER_BLOCK: usize = 1024;
 
 /// One line per variable: the lines of neighbouring arrays are fetched together.
+///
+/// Its ops (the last writer, the reads since) are [`MarkRef`] words, read and written only by
+/// registration under the engine's schedule lock (which orders them: relaxed loads and stores,
+/// no lock or reference count per variable), and reset by [`Slots::give`] once no array names
+/// the variable any more.
 #[repr(align(64))]
 #[derive(Default)]
 pub(super) struct Slot {
-    pub(super) state: Mutex<VarState>,
+    /// Names the variable in the poison table: new for every owner of the slot, never reused.
+    id: AtomicU64,
+    /// The op that wrote it last (0: none, or found finished by a read since).
+    last_write: AtomicU64,
+    /// The unfinished reads since: nearly always one op (the batch that last read it), kept
+    /// here; more are rare and kept in `more_readers`, flagged by `has_more_readers`.
+    first_reader: AtomicU64,
+    has_more_readers: AtomicBool,
+    // A box is 8 bytes inline where a vector is 24: what keeps the slot on one line.
+    #[allow(clippy::box_collection)]
+    more_readers: Mutex<Option<Box<Vec<u64>>>>,
+    /// How many ops have been registered on it (see [`super::Engine::ops_on`]).
+    ops: AtomicU64,
     /// Its token in the host's engine (0: none yet; see [`super::scheduler`]).
     token: AtomicUsize,
 }
 
-#[derive(Default)]
-pub(super) struct VarState {
-    /// Names the variable in the poison table: new for every owner of the slot, never reused.
-    pub(super) id: u64,
-    pub(super) last_write: Option<Arc<Completion>>,
-    pub(super) reads_since_write: Readers,
-    /// How many ops have been registered on it (see [`super::Engine::ops_on`]).
-    pub(super) ops: u64,
+/// What registering an op on a variable found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Registration {
+    /// Registered: the op's dependencies on the variable are added.
+    Added,
+    /// The op writes it already (listed as written and again, or as read too).
+    WrittenByIt,
+    /// The op read it already (listed twice).
+    ReadByIt,
 }
 
-/// The unfinished reads of a variable since its last write. Nearly always one op (the batch
-/// that last read it), kept inline; more are rare and boxed, which keeps a slot on one line.
-#[derive(Default)]
-pub(super) struct Readers {
-    pub(super) first: Option<Arc<Completion>>,
-    // A box is 8 bytes inline where a vector is 24: what keeps the slot on one line.
-    #[allow(clippy::box_collection)]
-    more: Option<Box<Vec<Arc<Completion>>>>,
+/// An op's dependencies: the unfinished ops it waits for, each with its mark.
+pub(super) type Deps = Vec<(MarkRef, Arc<Completion>)>;
+
+/// Adds the op `dep` names to an op's dependencies, unless it has finished or is among the
+/// few added last: the arrays of one op usually come from the same few ops before it (a pull
+/// of thousands of keys reads the sums of a few batches; a write after a read waits for the
+/// read and the write before it), and each entry costs a waiter entry and a release.
+fn add_dep(deps: &mut Deps, dep: MarkRef) {
+    const RECENT: usize = 4;
+    if !dep.pending() || deps[deps.len().saturating_sub(RECENT)..].iter().any(|(d, _)| *d == dep) {
+        return;
+    }
+    if let Some(completion) = dep.completion().filter(|c| !c.is_done()) {
+        deps.push((dep, completion));
+    }
 }
 
-impl Readers {
-    /// Drops the finished reads.
-    pub(super) fn prune(&mut self) {
-        if self.first.as_ref().is_some_and(|c| c.is_done()) {
-            self.first = None;
+impl Slot {
+    /// The variable's id in the poison table.
+    pub(super) fn id(&self) -> u64 {
+        self.id.load(Ordering::Relaxed)
+    }
+
+    /// How many ops have been registered on it.
+    pub(super) fn ops(&self) -> u64 {
+        self.ops.load(Ordering::Acquire)
+    }
+
+    fn count_op(&self) {
+        self.ops.store(self.ops.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
+    /// Registers a write by `op` (under the schedule lock): `op` waits for the last write and
+    /// the reads since, and becomes the last writer.
+    #[inline(always)]
+    pub(super) fn register_write(&self, op: MarkRef, deps: &mut Deps) -> Registration {
+        let last = self.last_write.load(Ordering::Relaxed);
+        if last == op.word() {
+            return Registration::WrittenByIt;
         }
-        if let Some(more) = &mut self.more {
-            more.retain(|c| !c.is_done());
-            if self.first.is_none() {
-                self.first = more.pop();
+        for dep in [last, self.first_reader.load(Ordering::Relaxed)].into_iter().filter_map(MarkRef::from_word) {
+            add_dep(deps, dep);
+        }
+        if self.has_more_readers.load(Ordering::Relaxed) {
+            let more = self.more_readers.lock().take().map(|m| *m).unwrap_or_default();
+            more.into_iter().filter_map(MarkRef::from_word).for_each(|dep| add_dep(deps, dep));
+            self.has_more_readers.store(false, Ordering::Relaxed);
+        }
+        self.first_reader.store(0, Ordering::Relaxed);
+        self.last_write.store(op.word(), Ordering::Relaxed);
+        self.count_op();
+        Registration::Added
+    }
+
+    /// Registers a read by `op` (under the schedule lock): `op` waits for the last write, if
+    /// unfinished, and joins the reads since.
+    #[inline(always)]
+    pub(super) fn register_read(&self, op: MarkRef, deps: &mut Deps) -> Registration {
+        let last = self.last_write.load(Ordering::Relaxed);
+        if last == op.word() {
+            return Registration::WrittenByIt;
+        }
+        let first = self.first_reader.load(Ordering::Relaxed);
+        let more = self.has_more_readers.load(Ordering::Relaxed);
+        if !more && first == op.word() {
+            return Registration::ReadByIt;
+        }
+        if more && self.more_readers.lock().as_ref().and_then(|m| m.last()) == Some(&op.word()) {
+            return Registration::ReadByIt;
+        }
+        // A finished writer is forgotten: it is usually the op that filled the array long ago,
+        // whose mark every later read would otherwise load.
+        if let Some(writer) = MarkRef::from_word(last) {
+            if writer.pending() {
+                add_dep(deps, writer);
+            } else {
+                self.last_write.store(0, Ordering::Relaxed);
             }
         }
-    }
-
-    /// Whether `op` is the read added last (the variable is listed twice).
-    pub(super) fn ends_with(&self, op: &Arc<Completion>) -> bool {
-        self.more.as_ref().and_then(|m| m.last()).or(self.first.as_ref()).is_some_and(|c| Arc::ptr_eq(c, op))
-    }
-
-    /// Adds `op`'s read.
-    pub(super) fn add(&mut self, op: &Arc<Completion>) {
-        match self.first {
-            None => self.first = Some(Arc::clone(op)),
-            Some(_) => self.more.get_or_insert_with(Box::default).push(Arc::clone(op)),
+        let first_pending = MarkRef::from_word(first).is_some_and(|r| r.pending());
+        if !more && !first_pending {
+            self.first_reader.store(op.word(), Ordering::Relaxed);
+        } else {
+            self.add_reader_slowly(first_pending, op);
         }
+        self.count_op();
+        Registration::Added
     }
 
-    /// Whether every read has finished.
-    pub(super) fn all_done(&self) -> bool {
-        self.first.iter().chain(self.more.iter().flat_map(|m| m.iter())).all(|r| r.is_done())
+    /// Adds a read where another unfinished one is kept (rare), dropping the finished ones.
+    #[cold]
+    fn add_reader_slowly(&self, first_pending: bool, op: MarkRef) {
+        let mut more = self.more_readers.lock();
+        let readers = more.get_or_insert_with(Box::default);
+        readers.retain(|&r| MarkRef::from_word(r).is_some_and(|r| r.pending()));
+        if !first_pending {
+            self.first_reader.store(readers.pop().unwrap_or(0), Ordering::Relaxed);
+        }
+        if self.first_reader.load(Ordering::Relaxed) == 0 {
+            self.first_reader.store(op.word(), Ordering::Relaxed);
+        } else {
+            readers.push(op.word());
+        }
+        self.has_more_readers.store(!readers.is_empty(), Ordering::Relaxed);
     }
 
-    /// Takes every read, leaving none.
-    pub(super) fn take_all(&mut self) -> impl Iterator<Item = Arc<Completion>> {
-        self.first.take().into_iter().chain(self.more.take().map(|m| *m).unwrap_or_default())
+    /// Whether no op on it is unfinished (under the schedule lock).
+    pub(super) fn is_free(&self) -> bool {
+        let pending = |word: u64| MarkRef::from_word(word).is_some_and(|r| r.pending());
+        !pending(self.last_write.load(Ordering::Relaxed))
+            && !pending(self.first_reader.load(Ordering::Relaxed))
+            && (!self.has_more_readers.load(Ordering::Relaxed) || self.more_readers.lock().iter().flat_map(|m| m.iter()).all(|&r| !pending(r)))
+    }
+
+    /// Makes `op` its last writer with no reads since (under the schedule lock, the variable
+    /// free: see [`Slot::is_free`]).
+    pub(super) fn take_over(&self, op: MarkRef) {
+        if self.has_more_readers.swap(false, Ordering::Relaxed) {
+            self.more_readers.lock().take();
+        }
+        self.first_reader.store(0, Ordering::Relaxed);
+        self.last_write.store(op.word(), Ordering::Relaxed);
+        self.count_op();
+    }
+
+    /// The unfinished op that wrote it last (tests).
+    #[cfg(test)]
+    pub(super) fn last_writer(&self) -> Option<Arc<Completion>> {
+        MarkRef::from_word(self.last_write.load(Ordering::Relaxed)).and_then(|w| w.completion())
+    }
+
+    /// Whether it names a last writer, finished or not (tests).
+    #[cfg(test)]
+    pub(super) fn names_a_writer(&self) -> bool {
+        self.last_write.load(Ordering::Relaxed) != 0
+    }
+
+    /// Empties it (no array names the variable any more).
+    fn reset(&self) {
+        self.last_write.store(0, Ordering::Relaxed);
+        self.first_reader.store(0, Ordering::Relaxed);
+        if self.has_more_readers.swap(false, Ordering::Relaxed) {
+            self.more_readers.lock().take();
+        }
+        self.ops.store(0, Ordering::Relaxed);
     }
 }
 
@@ -108,13 +227,14 @@ impl Slots {
                 }
             }
         };
-        slot.state.lock().id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        slot.id.store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         slot
     }
 
     /// Empties `slot` (its token taken already) and frees it; its variable's id.
     fn give(&self, slot: &'static Slot) -> u64 {
-        let id = std::mem::take(&mut *slot.state.lock()).id;
+        slot.reset();
+        let id = slot.id.swap(0, Ordering::Relaxed);
         self.free.lock().push(slot);
         id
     }
@@ -225,7 +345,14 @@ impl Drop for OwnedVar {
 
 #[cfg(test)]
 mod tests {
+    use super::super::marks;
     use super::*;
+
+    /// Completes an op as the engine does: its completion, then its mark.
+    fn finish((mark, completion): (MarkRef, Arc<Completion>)) {
+        completion.complete();
+        marks::give_back(mark);
+    }
 
     #[test]
     fn a_slot_is_one_line_and_a_freed_one_serves_the_next_variable_empty_with_a_new_id() {
@@ -233,14 +360,42 @@ mod tests {
         let slots = Slots::default();
         let (a, b) = (slots.take(), slots.take());
         assert!(std::ptr::eq(b, (a as *const Slot).wrapping_add(1)), "a fresh block hands out its slots in address order");
-        let id = a.state.lock().id;
-        a.state.lock().ops = 3;
-        a.state.lock().reads_since_write.add(&Arc::new(Completion::new(false)));
+        let id = a.id();
+        let reader = marks::marked(false);
+        let mut deps = Vec::new();
+        assert_eq!(a.register_read(reader.0, &mut deps), Registration::Added);
+        assert_eq!(a.ops(), 1);
         assert_eq!(slots.give(a), id);
         let c = slots.take();
         assert!(std::ptr::eq(a, c), "the slot freed last is taken first");
-        let s = c.state.lock();
-        assert!(s.id > id, "ids are never reused");
-        assert!(s.ops == 0 && s.reads_since_write.first.is_none() && s.last_write.is_none(), "a reused slot starts empty");
+        assert!(c.id() > id, "ids are never reused");
+        assert!(c.ops() == 0 && c.is_free() && !c.names_a_writer(), "a reused slot starts empty");
+        let writer = marks::marked(false);
+        assert_eq!(c.register_write(writer.0, &mut deps), Registration::Added);
+        assert!(deps.is_empty(), "the previous owner's reader is not waited for");
+        finish(reader);
+        finish(writer);
+    }
+
+    #[test]
+    fn reads_of_unfinished_ops_are_all_kept_and_a_write_waits_for_each_once() {
+        let slot = Var::new().slot();
+        let (first, second, writer) = (marks::marked(false), marks::marked(false), marks::marked(false));
+        let mut deps = Vec::new();
+        assert_eq!(slot.register_read(first.0, &mut deps), Registration::Added);
+        assert_eq!(slot.register_read(first.0, &mut deps), Registration::ReadByIt);
+        assert_eq!(slot.register_read(second.0, &mut deps), Registration::Added);
+        assert_eq!(slot.register_read(second.0, &mut deps), Registration::ReadByIt);
+        assert!(deps.is_empty() && !slot.is_free());
+        assert_eq!(slot.register_write(writer.0, &mut deps), Registration::Added);
+        let waited: Vec<_> = deps.iter().map(|(m, _)| *m).collect();
+        assert_eq!(waited, vec![first.0, second.0]);
+        assert!(Arc::ptr_eq(&deps[0].1, &first.1) && Arc::ptr_eq(&deps[1].1, &second.1));
+        assert_eq!(slot.register_read(writer.0, &mut deps), Registration::WrittenByIt);
+        finish(first);
+        finish(second);
+        assert!(!slot.is_free(), "the writer is unfinished");
+        finish(writer);
+        assert!(slot.is_free());
     }
 }
