@@ -65,9 +65,16 @@ pub(super) type Deps = Vec<(MarkRef, Arc<Completion>)>;
 /// few added last: the arrays of one op usually come from the same few ops before it (a pull
 /// of thousands of keys reads the sums of a few batches; a write after a read waits for the
 /// read and the write before it), and each entry costs a waiter entry and a release.
+#[inline(always)]
 fn add_dep(deps: &mut Deps, dep: MarkRef) {
+    if dep.pending() {
+        add_pending_dep(deps, dep);
+    }
+}
+
+fn add_pending_dep(deps: &mut Deps, dep: MarkRef) {
     const RECENT: usize = 4;
-    if !dep.pending() || deps[deps.len().saturating_sub(RECENT)..].iter().any(|(d, _)| *d == dep) {
+    if deps[deps.len().saturating_sub(RECENT)..].iter().any(|(d, _)| *d == dep) {
         return;
     }
     if let Some(completion) = dep.completion().filter(|c| !c.is_done()) {

@@ -25,6 +25,25 @@ impl Entries {
         self.places.get(id).and_then(|&at| self.entries.get_mut(at as usize))
     }
 
+    /// `id`'s place and entry. A place names the entry for the store's life (entries are
+    /// replaced in place, never removed): a call's plan keeps it, and its later passes over
+    /// the keys index the vector instead of hashing each id again.
+    pub(crate) fn find(&self, id: &i32) -> Option<(u32, &Entry)> {
+        self.places.get(id).and_then(|&at| Some((at, self.entries.get(at as usize)?)))
+    }
+
+    /// The entry at `place` (see [`Entries::find`]).
+    #[inline(always)]
+    pub(crate) fn at(&self, place: u32) -> Option<&Entry> {
+        self.entries.get(place as usize)
+    }
+
+    /// The entry at `place`, to change.
+    #[inline(always)]
+    pub(crate) fn at_mut(&mut self, place: u32) -> Option<&mut Entry> {
+        self.entries.get_mut(place as usize)
+    }
+
     pub(crate) fn contains_key(&self, id: &i32) -> bool {
         self.places.contains_key(id)
     }
@@ -72,6 +91,12 @@ mod tests {
         assert_eq!(e.entries.len(), 3, "a replaced entry keeps its place");
         e.get_mut(&7).unwrap().stored = NDArray::zeros(&[4], Context::cpu(0), DType::Float32).unwrap();
         assert_eq!(e.get(&7).map(|x| x.stored.size()), Some(4));
-        assert!(e.get(&8).is_none() && e.get_mut(&8).is_none());
+        assert!(e.get(&8).is_none() && e.get_mut(&8).is_none() && e.find(&8).is_none());
+        let (place, found) = e.find(&-3).unwrap();
+        assert_eq!(found.stored.size(), 5);
+        e.insert(-3, entry(6));
+        assert_eq!(e.at(place).map(|x| x.stored.size()), Some(6), "a place names its key's entry after a replacement");
+        e.at_mut(place).unwrap().stored = NDArray::zeros(&[7], Context::cpu(0), DType::Float32).unwrap();
+        assert_eq!(e.get(&-3).map(|x| x.stored.size()), Some(7));
     }
 }

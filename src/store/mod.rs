@@ -561,7 +561,7 @@ impl KVStore {
         let nccl_root = nccl_devices.as_ref().and_then(|d| d.as_ref().map(nccl::DeviceSet::root));
         for (i, g) in groups.iter().enumerate() {
             // Most pushes clone the stored value (see `plan::plan_pull`).
-            if let Some(next) = groups.get(i + plan::STORED_AHEAD).and_then(|n| state.entries.get(&n.id)) {
+            if let Some(next) = groups.get(i + plan::STORED_AHEAD).and_then(|n| state.entries.at(n.place)) {
                 next.stored.prefetch_clone();
             }
             let vals = &values[g.values.clone()];
@@ -572,7 +572,7 @@ impl KVStore {
                 _ => devices::merge_gpu(&mut state.placement, kind, g.id, vals, compression.is_some()),
             };
             let merge_ctx = merge_gpu.unwrap_or(STORE_CONTEXT);
-            let entry = state.entries.get(&g.id).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
+            let entry = state.entries.at(g.place).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             // Where the sum goes: the stored value, or (with an updater) the value handed to
             // it — MXNet hands over a single uncompressed value as it is.
             // As MXNet's CommCPU: the first value's storage type is the sum's.
@@ -640,7 +640,7 @@ impl KVStore {
         let mut sums = batch::SumBatches::new(self.sum_order(), values, priority);
         let (mut tails, mut jobs) = (Vec::new(), 0);
         for (g, p) in groups.into_iter().zip(prepared) {
-            let Some(entry) = state.entries.get_mut(&g.id) else { continue };
+            let Some(entry) = state.entries.at_mut(g.place) else { continue };
             let Prepared { dst, replaced, takes_merge, is_merge, new_residuals, moved } = p;
             if let Some(new) = replaced {
                 entry.stored = new;
@@ -668,7 +668,7 @@ impl KVStore {
                     // A pull reads a sum into the stored value only.
                     let tail = (!with_updater).then(|| fusion::tail_for(&sums.values()[g.values.clone()], &dst)).flatten();
                     if let Some(tail) = &tail {
-                        tails.push((jobs, g.id, Arc::clone(tail)));
+                        tails.push((jobs, g.place, Arc::clone(tail)));
                     }
                     sums.add(SumJob { values: g.values, dst, tail });
                     jobs += 1;
@@ -681,8 +681,8 @@ impl KVStore {
             }
         }
         let tickets = sums.finish();
-        for (job, id, tail) in tails {
-            if let (Some(Some(ticket)), Some(entry)) = (tickets.get(job), state.entries.get_mut(&id)) {
+        for (job, place, tail) in tails {
+            if let (Some(Some(ticket)), Some(entry)) = (tickets.get(job), state.entries.at_mut(place)) {
                 entry.joinable = Some(fusion::Joinable::new(ticket.clone(), tail));
             }
         }
@@ -766,7 +766,7 @@ fn remote_jobs(entries: &Entries, plan: PushPlan) -> Vec<(i32, Vec<NDArray>, NDA
     let PushPlan { values, groups } = plan;
     groups
         .into_iter()
-        .filter_map(|g| entries.get(&g.id).map(|e| (g.id, values[g.values].to_vec(), e.stored.clone())))
+        .filter_map(|g| entries.at(g.place).map(|e| (g.id, values[g.values].to_vec(), e.stored.clone())))
         .collect()
 }
 

@@ -15,6 +15,8 @@ use super::entries::Entries;
 pub(crate) struct PushGroup {
     pub id: i32,
     pub values: Range<usize>,
+    /// The key's place among the store's entries ([`Entries::find`]).
+    pub place: u32,
 }
 
 /// A checked push: every pushed value, grouped by key, and the keys.
@@ -102,7 +104,7 @@ pub(crate) fn plan_push(
     let Grouped { items: values, runs } = group(ids, values);
     let mut groups = Vec::with_capacity(runs.len());
     for (id, range) in runs {
-        let entry = entries.get(&id).ok_or_else(|| not_inited(&shown(id)))?;
+        let (place, entry) = entries.find(&id).ok_or_else(|| not_inited(&shown(id)))?;
         let stored = &entry.stored;
         let vals = &values[range.clone()];
         for v in vals {
@@ -132,7 +134,7 @@ pub(crate) fn plan_push(
             shown(id),
             vals.len()
         );
-        groups.push(PushGroup { id, values: range });
+        groups.push(PushGroup { id, values: range, place });
     }
     Ok(PushPlan { values, groups })
 }
@@ -148,7 +150,7 @@ pub(crate) fn check_compressible(
         return Ok(());
     }
     for g in &plan.groups {
-        let stored = &entries.get(&g.id).ok_or_else(|| not_inited(&shown(g.id)))?.stored;
+        let stored = &entries.at(g.place).ok_or_else(|| not_inited(&shown(g.id)))?.stored;
         crate::ensure!(
             plan.values[g.values.clone()].iter().all(|v| v.stype() == StorageType::Default),
             "gradient compression does not support row_sparse values (key {})",
@@ -330,7 +332,7 @@ pub(crate) fn check_push_rules(rules: &Rules, entries: &Entries, plan: &PushPlan
         return Ok(());
     }
     for g in &plan.groups {
-        let stored = &entries.get(&g.id).ok_or_else(|| not_inited(&shown(g.id)))?.stored;
+        let stored = &entries.at(g.place).ok_or_else(|| not_inited(&shown(g.id)))?.stored;
         let sparse_key = stored.stype() == StorageType::RowSparse;
         for v in &plan.values[g.values.clone()] {
             crate::ensure!(

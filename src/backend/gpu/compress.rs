@@ -36,7 +36,7 @@ fn ptr(a: &NDArray) -> Option<DevicePtr> {
 }
 
 fn run(batch: Arc<Vec<CompressedSumJob>>, done: OpDone) {
-    let bytes = batch.iter().map(|j| j.dst.data_byte_len() * (2 * j.values.len() + 1)).sum();
+    let bytes = || batch.iter().map(|j| j.dst.data_byte_len() * (2 * j.values.len() + 1)).sum();
     let span = super::traced_span("gpu_compressed_sum", batch.len(), bytes, &batch[0].dst);
     let mut q = Queue::new();
     for job in batch.iter() {

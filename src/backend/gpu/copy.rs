@@ -118,7 +118,7 @@ pub(super) type Landings = Vec<(PinnedMemory, NDArray)>;
 fn run_copies(pairs: Arc<Pairs>, done: OpDone) {
     // The op's span runs until its event fired: the trace shows the GPU time.
     // [`push_pairs`] makes no op without a copy: there is a first output to show.
-    let bytes = pairs.iter().map(|(s, _)| s.data_byte_len()).sum();
+    let bytes = || pairs.iter().map(|(s, _)| s.data_byte_len()).sum();
     let span = pairs.iter().next().map(|(_, shown)| super::traced_span("gpu_copy", pairs.len(), bytes, shown));
     let mut q = Queue::new();
     let landings = enqueue_copies(&mut q, pairs.iter(), pairs.len());

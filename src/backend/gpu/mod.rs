@@ -66,10 +66,10 @@ pub(crate) fn touches_device<'a>(mut arrays: impl Iterator<Item = &'a NDArray>) 
 
 /// The profiler span of a GPU op (an `Op` row from the worker's enqueue to the event firing,
 /// with its keys, bytes and context), closed where the op completes.
-fn traced_span(name: &'static str, keys: usize, bytes: usize, shown: &NDArray) -> crate::profiler::Span {
+fn traced_span(name: &'static str, keys: usize, bytes: impl FnOnce() -> usize, shown: &NDArray) -> crate::profiler::Span {
     use crate::profiler::{Arg, Class};
     crate::profiler::span(Class::Op, name, || {
-        vec![("keys", Arg::Int(keys as i64)), ("bytes", Arg::Int(bytes as i64)), ("context", Arg::Text(shown.ctx().to_string()))]
+        vec![("keys", Arg::Int(keys as i64)), ("bytes", Arg::Int(bytes() as i64)), ("context", Arg::Text(shown.ctx().to_string()))]
     })
 }
 

@@ -104,7 +104,7 @@ fn push_copies<T: Send + 'static>(
             Side::Source => s.clone(),
             Side::Destination => d.clone(),
         };
-        let bytes = pairs.iter().map(|(s, _)| s.data_byte_len()).sum();
+        let bytes = || pairs.iter().map(|(s, _)| s.data_byte_len()).sum();
         let span = super::traced_span("gpu_copy", pairs.len(), bytes, &gpu_side(&pairs[0]));
         let mut q = Queue::new();
         let staged = enqueue_all(&mut q, &pairs, enqueue);

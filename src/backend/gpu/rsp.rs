@@ -108,7 +108,7 @@ fn push_id_downloads(sources: Vec<NDArray>, owners: Vec<(NDArray, usize)>, write
     let write_vars: Vec<Var> = held.1.iter().map(NDArray::var).collect();
     let written = writes.to_vec();
     engine().push_device(&reads, &write_vars, priority, DeviceOp::default(), move |_, done| {
-        let bytes = sources.iter().filter_map(NDArray::device_rows).map(|p| p.rows * p.id_dtype.size()).sum();
+        let bytes = || sources.iter().filter_map(NDArray::device_rows).map(|p| p.rows * p.id_dtype.size()).sum();
         let span = super::traced_span("gpu_row_ids", sources.len(), bytes, &sources[0]);
         let mut q = Queue::new();
         let mut landings = Vec::with_capacity(sources.len());
@@ -257,7 +257,7 @@ fn run_sums(values: Arc<Vec<NDArray>>, batch: Vec<SumJob>, slot: Option<Slot>, d
         Ok(d) => d,
         Err(e) => return done.finish(Err(e)),
     };
-    let bytes = batch.iter().map(|j| values[j.values.clone()].iter().map(NDArray::data_byte_len).sum::<usize>()).sum();
+    let bytes = || batch.iter().map(|j| values[j.values.clone()].iter().map(NDArray::data_byte_len).sum::<usize>()).sum();
     let span = super::traced_span("gpu_rsp_sum", batch.len(), bytes, &batch[0].dst);
     let mut q = Queue::new();
     let mut installs = Vec::with_capacity(batch.len());
@@ -347,7 +347,7 @@ pub(super) fn push_pull(pull: RowSparsePull, priority: i32) {
 }
 
 fn run_pull(pull: RowSparsePull, slot: Slot, done: OpDone) {
-    let span = super::traced_span("gpu_rsp_pull", 1, pull.out.data_byte_len(), &pull.out);
+    let span = super::traced_span("gpu_rsp_pull", 1, || pull.out.data_byte_len(), &pull.out);
     let mut q = Queue::new();
     let mut installs = Vec::with_capacity(1);
     if let Err(e) = enqueue_pull(&mut q, &pull, Some(slot), &mut installs) {

@@ -64,7 +64,7 @@ fn source_on(q: &mut Queue, ordinal: i32, v: &NDArray, dst: &NDArray, position: 
 }
 
 fn run(order: SumOrder, values: Arc<Vec<NDArray>>, batch: Arc<Vec<SumJob>>, done: OpDone) {
-    let bytes = batch.iter().map(|j| j.dst.data_byte_len() * (j.values.len() + 1)).sum();
+    let bytes = || batch.iter().map(|j| j.dst.data_byte_len() * (j.values.len() + 1)).sum();
     let span = super::traced_span("gpu_sum", batch.len(), bytes, &batch[0].dst);
     let mut q = Queue::new();
     // Per device: the keys of the fused launch, the first one's destination (keeping the
