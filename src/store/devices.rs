@@ -14,13 +14,15 @@ use crate::ndarray::{Context, DeviceType, NDArray, StorageType};
 /// `merged_buf` of a row_sparse sum is on the merge buffer's context too), the placed context
 /// a GPU. A single dense value on a GPU (uncompressed) is not reduced: MXNet keeps it as
 /// the stored value where it is (`local = merged`), so the sum of one value lands on its own
-/// GPU, where a pull reads it without a trip through host memory.
+/// GPU, where a pull reads it without a trip through host memory. `placed` is the key's own
+/// record of its placed context.
 pub(super) fn merge_gpu(
     placement: &mut MergePlacement,
     kind: StoreKind,
     id: i32,
     vals: &[NDArray],
     compressed: bool,
+    placed: &mut Option<Context>,
 ) -> Option<Context> {
     if let [one] = vals {
         let on_gpu = one.ctx().dev_type == DeviceType::Gpu && one.stype() == StorageType::Default;
@@ -37,7 +39,12 @@ pub(super) fn merge_gpu(
         let devs: Vec<Context> = vals.iter().map(NDArray::ctx).collect();
         placement.ensure_placed(&devs);
     }
-    placement.merge_context(id).filter(|c| c.dev_type == DeviceType::Gpu)
+    // Kept in the key's entry: a placed key keeps its context when placement runs again for
+    // keys initialised later, and the placement's map is a cache miss per key of a call.
+    if placed.is_none() {
+        *placed = placement.merge_context(id);
+    }
+    placed.filter(|c| c.dev_type == DeviceType::Gpu)
 }
 
 /// Where an updater's stored value must be for a sum landing in `recv` (MXNet copies the

@@ -48,11 +48,13 @@ pub(crate) struct Entry {
     residuals: Vec<NDArray>,
     /// The sum of the key's last push, while a pull may still join it.
     joinable: Option<fusion::Joinable>,
+    /// Its merge buffer's context in a `device` store, once placed (a placed key keeps it).
+    merge_home: Option<Context>,
 }
 
 impl Entry {
     fn new(stored: NDArray) -> Entry {
-        Entry { stored, merge: None, residuals: Vec::new(), joinable: None }
+        Entry { stored, merge: None, residuals: Vec::new(), joinable: None, merge_home: None }
     }
 
 }
@@ -565,14 +567,15 @@ impl KVStore {
                 next.stored.prefetch_clone();
             }
             let vals = &values[g.values.clone()];
+            let entry = state.entries.at_mut(g.place).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             let merge_gpu = match kind {
                 // Every sum of several values lands on the set's root, the keys initialised
                 // after the set was fixed too (MXNet has no buffer for those).
                 StoreKind::Nccl => nccl_root.filter(|_| vals.len() > 1),
-                _ => devices::merge_gpu(&mut state.placement, kind, g.id, vals, compression.is_some()),
+                _ => devices::merge_gpu(&mut state.placement, kind, g.id, vals, compression.is_some(), &mut entry.merge_home),
             };
             let merge_ctx = merge_gpu.unwrap_or(STORE_CONTEXT);
-            let entry = state.entries.at(g.place).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
+            let entry = &*entry;
             // Where the sum goes: the stored value, or (with an updater) the value handed to
             // it — MXNet hands over a single uncompressed value as it is.
             // As MXNet's CommCPU: the first value's storage type is the sum's.
