@@ -79,11 +79,14 @@ impl Completion {
         ordered
     }
 
-    /// Marks the op finished; returns the ops that were waiting for it.
-    pub(crate) fn complete(&self) -> Vec<Arc<Op>> {
+    /// Marks the op finished, runs `retire` (the op's mark given back), and returns the ops
+    /// that were waiting for it. A thread that [`Completion::wait`]ed returns after `retire`:
+    /// its next registration finds the op finished by its mark too.
+    pub(crate) fn complete(&self, retire: impl FnOnce()) -> Vec<Arc<Op>> {
         let mut s = self.state.lock();
         s.done = true;
         self.done.store(true, Ordering::Release);
+        retire();
         self.finished.notify_all();
         std::mem::take(&mut s.waiters)
     }

@@ -2,7 +2,8 @@
 //! of a table that is never freed, taken by an op's completion as the op registers and given
 //! back when it completes; its generation counts its uses. A slot holds a [`MarkRef`] (entry
 //! and generation in one word): while the generation matches, the op is unfinished; once the
-//! mark is given back, every reference to that use reads as finished.
+//! mark is given back, every reference to that use reads as finished. An entry whose generation
+//! would wrap is retired instead of reused, so an old reference never matches a later use.
 //!
 //! Registration so reads and writes a variable's ops with plain loads and stores (under the
 //! engine's schedule lock), where a reference-counted completion per slot took a locked
@@ -11,13 +12,19 @@
 use super::completion::Completion;
 use once_cell::sync::{Lazy, OnceCell};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Entries made at a time when none is free (64 KiB).
 const PER_BLOCK: usize = 1024;
 /// At most this many blocks: about four million unfinished ops at once.
 const BLOCKS: usize = 4096;
+/// Bits of a reference that hold the entry's index (`BLOCKS * PER_BLOCK` entries); the rest
+/// hold its generation.
+const INDEX_BITS: u32 = 22;
+const GENERATION_BITS: u32 = 64 - INDEX_BITS;
+/// The last generation an entry may have: 2^41 uses, then it is retired.
+const LAST_GENERATION: u64 = (1 << GENERATION_BITS) - 1;
 
 /// An op's use of a mark, as slots keep it: the entry's index and the generation it had while
 /// the op was unfinished. Never 0, which slots use for "none".
@@ -35,16 +42,16 @@ impl MarkRef {
         (word != 0).then_some(MarkRef(word))
     }
 
-    fn new(index: u32, generation: u32) -> MarkRef {
-        MarkRef((u64::from(index) << 32) | u64::from(generation))
+    fn new(index: u32, generation: u64) -> MarkRef {
+        MarkRef((u64::from(index) << GENERATION_BITS) | (generation & LAST_GENERATION))
     }
 
     fn index(self) -> usize {
-        (self.0 >> 32) as usize
+        (self.0 >> GENERATION_BITS) as usize
     }
 
-    fn generation(self) -> u32 {
-        self.0 as u32
+    fn generation(self) -> u64 {
+        self.0 & LAST_GENERATION
     }
 
     /// Whether the op it names is still unfinished (its mark not given back).
@@ -72,7 +79,7 @@ impl MarkRef {
 struct Mark {
     /// Odd while in use (an op holds it), even while free: a reference to one use matches it
     /// only during that use.
-    generation: AtomicU32,
+    generation: AtomicU64,
     completion: Mutex<Option<Arc<Completion>>>,
 }
 
@@ -121,13 +128,14 @@ pub(super) fn marked(device: bool) -> (MarkRef, Arc<Completion>) {
         return (MarkRef::new(index, 1), completion);
     };
     let mut held = entry.completion.lock();
-    let generation = entry.generation.load(Ordering::Acquire).wrapping_add(1);
+    let generation = entry.generation.load(Ordering::Acquire) + 1;
     *held = Some(Arc::clone(&completion));
     entry.generation.store(generation, Ordering::Release);
     (MarkRef::new(index, generation), completion)
 }
 
-/// Ends the use `mark` names, once its op's completion is complete: every reference to it
+/// Ends the use `mark` names, as its op's completion completes (under the completion's lock;
+/// the op holds the completion, so the mark's reference is never its last): every reference to it
 /// reads as finished from now on (and a registration that finds so sees the op's writes: the
 /// generation is released after them), and the entry serves the next op.
 pub(super) fn give_back(mark: MarkRef) {
@@ -140,7 +148,10 @@ pub(super) fn give_back(mark: MarkRef) {
         entry.generation.fetch_add(1, Ordering::AcqRel);
         held.take()
     };
-    MARKS.free.lock().0.push(mark.index() as u32);
+    // Its next use would be odd and at most LAST_GENERATION: reused only while one is left.
+    if mark.generation() + 2 <= LAST_GENERATION {
+        MARKS.free.lock().0.push(mark.index() as u32);
+    }
     drop(completion);
 }
 
@@ -163,5 +174,16 @@ mod tests {
         assert!(next.pending(), "giving back an old use again changes nothing");
         give_back(next);
         assert_eq!(Arc::strong_count(&other), 1, "the mark lets its completion go");
+    }
+
+    #[test]
+    fn a_reference_holds_every_index_and_generation_and_the_table_fits_its_bits() {
+        assert_eq!(BLOCKS * PER_BLOCK, 1 << INDEX_BITS);
+        let last_index = (BLOCKS * PER_BLOCK - 1) as u32;
+        for (index, generation) in [(0, 1), (last_index, 1), (0, LAST_GENERATION), (last_index, LAST_GENERATION), (12345, 987654321)] {
+            let r = MarkRef::new(index, generation);
+            assert_eq!((r.index(), r.generation()), (index as usize, generation));
+            assert_eq!(MarkRef::from_word(r.word()), Some(r));
+        }
     }
 }

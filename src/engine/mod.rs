@@ -556,8 +556,8 @@ impl Engine {
         struct CompleteOnDrop(&'static Engine, Arc<Completion>, marks::MarkRef);
         impl Drop for CompleteOnDrop {
             fn drop(&mut self) {
-                let waiters = self.1.complete();
-                marks::give_back(self.2);
+                let mark = self.2;
+                let waiters = self.1.complete(|| marks::give_back(mark));
                 for waiter in waiters {
                     self.0.release(waiter);
                 }
@@ -689,8 +689,7 @@ impl Engine {
         for ext in extensions {
             ext.op_finished(self, failure.as_ref().and_then(|f| f.message()));
         }
-        let waiters = op.completion.complete();
-        marks::give_back(op.mark);
+        let waiters = op.completion.complete(|| marks::give_back(op.mark));
         for waiter in waiters {
             if op.device && waiter.device {
                 self.release_after_device_op(waiter);

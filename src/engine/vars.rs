@@ -357,8 +357,7 @@ mod tests {
 
     /// Completes an op as the engine does: its completion, then its mark.
     fn finish((mark, completion): (MarkRef, Arc<Completion>)) {
-        completion.complete();
-        marks::give_back(mark);
+        completion.complete(|| marks::give_back(mark));
     }
 
     #[test]
