@@ -105,15 +105,11 @@ impl Slot {
         if last == op.word() {
             return Registration::WrittenByIt;
         }
-        for dep in [last, self.first_reader.load(Ordering::Relaxed)].into_iter().filter_map(MarkRef::from_word) {
+        let (first, more) = self.take_readers();
+        let more = more.into_iter().flat_map(|m| m.into_iter()).filter_map(MarkRef::from_word);
+        for dep in MarkRef::from_word(last).into_iter().chain(first).chain(more) {
             add_dep(deps, dep);
         }
-        if self.has_more_readers.load(Ordering::Relaxed) {
-            let more = self.more_readers.lock().take().map(|m| *m).unwrap_or_default();
-            more.into_iter().filter_map(MarkRef::from_word).for_each(|dep| add_dep(deps, dep));
-            self.has_more_readers.store(false, Ordering::Relaxed);
-        }
-        self.first_reader.store(0, Ordering::Relaxed);
         self.last_write.store(op.word(), Ordering::Relaxed);
         self.count_op();
         Registration::Added
@@ -182,10 +178,7 @@ impl Slot {
     /// Makes `op` its last writer with no reads since (under the schedule lock, the variable
     /// free: see [`Slot::is_free`]).
     pub(super) fn take_over(&self, op: MarkRef) {
-        if self.has_more_readers.swap(false, Ordering::Relaxed) {
-            self.more_readers.lock().take();
-        }
-        self.first_reader.store(0, Ordering::Relaxed);
+        drop(self.take_readers());
         self.last_write.store(op.word(), Ordering::Relaxed);
         self.count_op();
     }
@@ -204,12 +197,22 @@ impl Slot {
 
     /// Empties it (no array names the variable any more).
     fn reset(&self) {
+        drop(self.take_readers());
         self.last_write.store(0, Ordering::Relaxed);
-        self.first_reader.store(0, Ordering::Relaxed);
-        if self.has_more_readers.swap(false, Ordering::Relaxed) {
-            self.more_readers.lock().take();
-        }
         self.ops.store(0, Ordering::Relaxed);
+    }
+
+    /// Takes the reads since the last write, leaving none: the first, and any more.
+    #[inline(always)]
+    #[allow(clippy::box_collection)]
+    fn take_readers(&self) -> (Option<MarkRef>, Option<Box<Vec<u64>>>) {
+        let first = MarkRef::from_word(self.first_reader.load(Ordering::Relaxed));
+        self.first_reader.store(0, Ordering::Relaxed);
+        let more = self.has_more_readers.load(Ordering::Relaxed).then(|| {
+            self.has_more_readers.store(false, Ordering::Relaxed);
+            self.more_readers.lock().take()
+        });
+        (first, more.flatten())
     }
 }
 

@@ -29,7 +29,7 @@ impl Entries {
     /// replaced in place, never removed): a call's plan keeps it, and its later passes over
     /// the keys index the vector instead of hashing each id again.
     pub(crate) fn find(&self, id: &i32) -> Option<(u32, &Entry)> {
-        self.places.get(id).and_then(|&at| Some((at, self.entries.get(at as usize)?)))
+        self.places.get(id).and_then(|&at| self.entries.get(at as usize).map(|e| (at, e)))
     }
 
     /// The entry at `place` (see [`Entries::find`]).
