@@ -37,17 +37,21 @@ fn batch_limits(kind: BackendKind) -> (usize, usize) {
 /// Splits jobs into batches moved on one backend ([`batch_limits`]), keeping order.
 fn batches<J>(jobs: Vec<J>, bytes: impl Fn(&J) -> usize, kind: impl Fn(&J) -> BackendKind) -> Vec<Batch<J>> {
     let (mut out, mut open) = (Vec::new(), None);
-    for job in jobs {
+    let total = jobs.len();
+    for (i, job) in jobs.into_iter().enumerate() {
         let (b, k) = (bytes(&job), kind(&job));
-        out.extend(add_to(&mut open, job, b, k));
+        out.extend(add_to(&mut open, job, b, k, total - i));
     }
     out.extend(open);
     out
 }
 
 /// Adds a job moving `bytes` on `kind` to the open batch, or, where it does not fit there,
-/// opens a new batch with it and returns the one it closed.
-fn add_to<J>(open: &mut Option<Batch<J>>, job: J, bytes: usize, kind: BackendKind) -> Option<Batch<J>> {
+/// opens a new batch with it and returns the one it closed. `left` counts this job and those
+/// still to come: a new batch is sized for as many of them as it can take, since growing a
+/// vector of hundreds of jobs one doubling at a time copies it again at each step (a call of
+/// small keys did so for every batch).
+fn add_to<J>(open: &mut Option<Batch<J>>, job: J, bytes: usize, kind: BackendKind, left: usize) -> Option<Batch<J>> {
     let (max_bytes, max_jobs) = batch_limits(kind);
     match open {
         Some((k, size, batch)) if *k == kind && *size + bytes <= max_bytes && batch.len() < max_jobs => {
@@ -55,7 +59,12 @@ fn add_to<J>(open: &mut Option<Batch<J>>, job: J, bytes: usize, kind: BackendKin
             *size += bytes;
             None
         }
-        _ => open.replace((kind, bytes, vec![job])),
+        _ => {
+            let fits = max_jobs.min(max_bytes / bytes.max(1)).min(left).max(1);
+            let mut batch = Vec::with_capacity(fits);
+            batch.push(job);
+            open.replace((kind, bytes, batch))
+        }
     }
 }
 
@@ -69,13 +78,16 @@ pub(crate) struct SumBatches {
     open: Option<Batch<SumJob>>,
     /// Each job's op's ticket, in job order, where its backend gave one.
     tickets: Vec<Option<Ticket>>,
+    /// Jobs the caller said it may add and has not added yet (sizes each batch's vector).
+    left: usize,
 }
 
 impl SumBatches {
     /// Batches of sums over `values`, shared with the ops (not cloned: cloning views touches
-    /// refcounts the workers use too).
-    pub(crate) fn new(order: SumOrder, values: Arc<Vec<NDArray>>, priority: i32) -> SumBatches {
-        SumBatches { order, values, priority, open: None, tickets: Vec::new() }
+    /// refcounts the workers use too). `most` is how many jobs the caller may add: vectors are
+    /// sized from it, not grown.
+    pub(crate) fn new(order: SumOrder, values: Arc<Vec<NDArray>>, priority: i32, most: usize) -> SumBatches {
+        SumBatches { order, values, priority, open: None, tickets: Vec::with_capacity(most), left: most }
     }
 
     /// The values the jobs index.
@@ -86,7 +98,9 @@ impl SumBatches {
     /// Adds a job, handing the open batch to its backend first when the job does not fit it.
     pub(crate) fn add(&mut self, job: SumJob) {
         let (bytes, kind) = (job.dst.data_byte_len() * (job.values.len() + 1), BackendKind::of(job.dst.ctx()));
-        if let Some(closed) = add_to(&mut self.open, job, bytes, kind) {
+        let left = self.left.max(1);
+        self.left = left - 1;
+        if let Some(closed) = add_to(&mut self.open, job, bytes, kind, left) {
             self.submit(closed);
         }
     }
@@ -141,5 +155,10 @@ mod tests {
         let got = batches(vec![4096usize; 600], |j| *j, |_| BackendKind::Gpu);
         let lens: Vec<usize> = got.iter().map(|(_, _, b)| b.len()).collect();
         assert_eq!(lens, vec![256, 256, 88], "GPU batches take at most GPU_BATCH_JOBS keys");
+        let room: Vec<usize> = got.iter().map(|(_, _, b)| b.capacity()).collect();
+        assert_eq!(room, lens, "each batch is sized for the jobs left that fit it, not grown");
+        let got = batches(vec![1usize << 20; 10], |j| *j, |_| BackendKind::Host);
+        let room: Vec<(usize, usize)> = got.iter().map(|(_, _, b)| (b.len(), b.capacity())).collect();
+        assert_eq!(room, vec![(4, 4), (4, 4), (2, 2)], "host batches: as many as fit its bytes, at most the jobs left");
     }
 }

@@ -14,6 +14,8 @@ use std::hash::BuildHasherDefault;
 pub(crate) struct Entries {
     places: HashMap<i32, u32, BuildHasherDefault<IdHasher>>,
     entries: Vec<Entry>,
+    /// Each entry's id, by place (see [`Entries::find_near`]).
+    ids: Vec<i32>,
 }
 
 impl Entries {
@@ -30,6 +32,17 @@ impl Entries {
     /// the keys index the vector instead of hashing each id again.
     pub(crate) fn find(&self, id: &i32) -> Option<(u32, &Entry)> {
         self.places.get(id).and_then(|&at| self.entries.get(at as usize).map(|e| (at, e)))
+    }
+
+    /// [`Entries::find`], trying `guess` first. A call usually lists its keys in the order they
+    /// were initialised, so a loop over them passes the place after the previous key's: one
+    /// load from a vector read in order instead of a probe of the map per key.
+    #[inline(always)]
+    pub(crate) fn find_near(&self, id: &i32, guess: u32) -> Option<(u32, &Entry)> {
+        match (self.ids.get(guess as usize), self.entries.get(guess as usize)) {
+            (Some(at), Some(entry)) if at == id => Some((guess, entry)),
+            _ => self.find(id),
+        }
     }
 
     /// The entry at `place` (see [`Entries::find`]).
@@ -56,6 +69,7 @@ impl Entries {
                 // At most 2^32 keys: ids are i32, and no two keys share one.
                 self.places.insert(id, self.entries.len() as u32);
                 self.entries.push(entry);
+                self.ids.push(id);
             }
         }
     }
@@ -63,6 +77,7 @@ impl Entries {
     /// Room for `more` entries, so that inserting them cannot fail for memory.
     pub(crate) fn try_reserve(&mut self, more: usize) -> Result<(), TryReserveError> {
         self.places.try_reserve(more)?;
+        self.ids.try_reserve(more)?;
         self.entries.try_reserve(more)
     }
 }
@@ -98,5 +113,22 @@ mod tests {
         assert_eq!(e.at(place).map(|x| x.stored.size()), Some(6), "a place names its key's entry after a replacement");
         e.at_mut(place).unwrap().stored = NDArray::zeros(&[7], Context::cpu(0), DType::Float32).unwrap();
         assert_eq!(e.get(&-3).map(|x| x.stored.size()), Some(7));
+    }
+
+    #[test]
+    fn a_near_find_takes_its_guess_only_where_the_guess_holds_the_key() {
+        let mut e = Entries::default();
+        e.try_reserve(3).unwrap();
+        for (id, len) in [(7, 1), (-3, 2), (1 << 30, 3)] {
+            e.insert(id, entry(len));
+        }
+        let sizes = |found: Option<(u32, &Entry)>| found.map(|(place, x)| (place, x.stored.size()));
+        assert_eq!(sizes(e.find_near(&-3, 1)), Some((1, 2)), "the right guess");
+        assert_eq!(sizes(e.find_near(&-3, 0)), Some((1, 2)), "a wrong guess falls back to the map");
+        assert_eq!(sizes(e.find_near(&(1 << 30), 3)), Some((2, 3)), "a guess past the end");
+        assert_eq!(sizes(e.find_near(&7, u32::MAX)), Some((0, 1)));
+        assert!(e.find_near(&8, 0).is_none() && e.find_near(&8, 5).is_none(), "an unknown key is not found near anything");
+        e.insert(-3, entry(9));
+        assert_eq!(sizes(e.find_near(&-3, 1)), Some((1, 9)), "a replaced entry keeps its place and id");
     }
 }

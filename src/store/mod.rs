@@ -28,6 +28,7 @@ use entries::Entries;
 use crate::profiler::{self, Arg, Class};
 use parking_lot::{Mutex, RwLock};
 use plan::PushPlan;
+use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::Arc;
 
@@ -249,8 +250,15 @@ impl KVStore {
         let rules = self.comm.rules();
         crate::ensure!(ignore_sparse || !rules.pull_ignores_sparse, "dist kvstore pull doesn't support ignore_sparse=False");
         let entries = &state.entries;
-        let lookup = |id| entries.get(&id).map(|e| e.stored.clone());
-        let ahead = |id| entries.get(&id).iter().for_each(|e| e.stored.prefetch_clone());
+        // Each loop over the keys guesses the place after its previous key's (`find_near`).
+        let (looked_up, looked_ahead) = (Cell::new(0u32), Cell::new(0u32));
+        let near = |id: i32, guess: &Cell<u32>| {
+            let found = entries.find_near(&id, guess.get());
+            guess.set(found.map_or(0, |(place, _)| place.wrapping_add(1)));
+            found.map(|(_, e)| e)
+        };
+        let lookup = |id| near(id, &looked_up).map(|e| e.stored.clone());
+        let ahead = |id| near(id, &looked_ahead).iter().for_each(|e| e.stored.prefetch_clone());
         let copies = plan::plan_pull(&lookup, &ahead, ids, &shown, outs, ignore_sparse)?;
         plan::check_pull_rules(&rules, &copies, &shown)?;
         Ok(copies)
@@ -561,11 +569,7 @@ impl KVStore {
         prepared.try_reserve_exact(groups.len()).map_err(|_| crate::Error::out_of_memory("a push's plan"))?;
         let kind = self.kind();
         let nccl_root = nccl_devices.as_ref().and_then(|d| d.as_ref().map(nccl::DeviceSet::root));
-        for (i, g) in groups.iter().enumerate() {
-            // Most pushes clone the stored value (see `plan::plan_pull`).
-            if let Some(next) = groups.get(i + plan::STORED_AHEAD).and_then(|n| state.entries.at(n.place)) {
-                next.stored.prefetch_clone();
-            }
+        for g in &groups {
             let vals = &values[g.values.clone()];
             let entry = state.entries.at_mut(g.place).ok_or_else(|| plan::not_inited(&g.id.to_string()))?;
             let merge_gpu = match kind {
@@ -581,7 +585,7 @@ impl KVStore {
             // As MXNet's CommCPU: the first value's storage type is the sum's.
             let sparse_sum = vals.first().is_some_and(|v| v.stype() == StorageType::RowSparse);
             let (shape, dtype) = (entry.stored.shape(), entry.stored.dtype());
-            let (mut replaced, mut takes_merge, mut is_merge) = (None, false, false);
+            let (mut replaces, mut takes_merge, mut is_merge) = (false, false, false);
             let dst = match (with_updater, vals.len(), compression) {
                 (false, _, _) => {
                     // As MXNet: a sum of another storage type than the stored value's replaces
@@ -592,30 +596,29 @@ impl KVStore {
                     let want = if sparse_sum { StorageType::RowSparse } else { StorageType::Default };
                     let moves = merge_gpu.is_some_and(|gpu| entry.stored.ctx() != gpu);
                     if entry.stored.stype() != want || moves {
-                        let new = match want {
+                        replaces = true;
+                        Dst::Made(Box::new(match want {
                             StorageType::RowSparse => NDArray::empty_row_sparse(shape, merge_ctx, dtype)?,
                             _ => NDArray::zeros(shape, merge_ctx, dtype)?,
-                        };
-                        replaced = Some(new.clone());
-                        new
+                        }))
                     } else {
-                        entry.stored.clone()
+                        Dst::Stored
                     }
                 }
-                (true, 1, None) => vals[0].clone(),
-                (true, _, _) if sparse_sum => NDArray::empty_row_sparse(shape, STORE_CONTEXT, dtype)?,
+                (true, 1, None) => Dst::FirstValue,
+                (true, _, _) if sparse_sum => Dst::Made(Box::new(NDArray::empty_row_sparse(shape, STORE_CONTEXT, dtype)?)),
                 (true, _, _) => {
                     // The key's own buffer, taken out below until its updater call is done (a
                     // concurrent push finding it taken sums into a new one, which becomes the
                     // key's if it has none when the call is done).
                     is_merge = true;
-                    match &entry.merge {
+                    Dst::Made(Box::new(match &entry.merge {
                         Some(merge) if merge.ctx() == merge_ctx => {
                             takes_merge = true;
                             merge.clone()
                         }
                         _ => NDArray::zeros(shape, merge_ctx, dtype)?,
-                    }
+                    }))
                 }
             };
             // New positions start at zero (MXNet would overrun its buffers).
@@ -627,11 +630,12 @@ impl KVStore {
                 }
             }
             // An updater's stored value goes to the sum's GPU (MXNet: `local.Copy(merged.ctx())`).
-            let moved = match with_updater.then(|| devices::stored_home(&entry.stored, &dst)).flatten() {
+            let moved = match with_updater.then(|| dst.peek(entry, vals).and_then(|d| devices::stored_home(&entry.stored, d))).flatten() {
                 Some(gpu) => Some(NDArray::zeros(shape, gpu, dtype)?),
                 None => None,
             };
-            prepared.push(Prepared { dst, replaced, takes_merge, is_merge, new_residuals, moved });
+            let made = (!new_residuals.is_empty() || moved.is_some()).then(|| Box::new(Made { new_residuals, moved }));
+            prepared.push(Prepared { dst, replaces, takes_merge, is_merge, made });
         }
         if let Some(devices) = nccl_devices {
             state.nccl = devices;
@@ -640,14 +644,24 @@ impl KVStore {
         // malloc serves only after consolidating its fast bins (costly in a host process).
         let calls_len = if with_updater { groups.len() } else { 0 };
         let (mut compressed, mut calls) = (Vec::new(), Vec::with_capacity(calls_len));
-        let mut sums = batch::SumBatches::new(self.sum_order(), values, priority);
+        let mut sums = batch::SumBatches::new(self.sum_order(), values, priority, groups.len());
         let (mut tails, mut jobs) = (Vec::new(), 0);
-        for (g, p) in groups.into_iter().zip(prepared) {
-            let Some(entry) = state.entries.at_mut(g.place) else { continue };
-            let Prepared { dst, replaced, takes_merge, is_merge, new_residuals, moved } = p;
-            if let Some(new) = replaced {
-                entry.stored = new;
+        for (i, (g, p)) in groups.iter().zip(prepared).enumerate() {
+            // Most pushes clone the stored value (see `plan::plan_pull`).
+            if let Some(next) = groups.get(i + plan::STORED_AHEAD).and_then(|n| state.entries.at(n.place)) {
+                next.stored.prefetch_clone();
             }
+            let Some(entry) = state.entries.at_mut(g.place) else { continue };
+            let Prepared { dst, replaces, takes_merge, is_merge, made } = p;
+            let dst = match dst {
+                Dst::Stored => entry.stored.clone(),
+                Dst::FirstValue => sums.values()[g.values.start].clone(),
+                Dst::Made(new) => *new,
+            };
+            if replaces {
+                entry.stored = dst.clone();
+            }
+            let Made { new_residuals, moved } = made.map_or_else(Made::default, |m| *m);
             if let Some(new) = moved {
                 crate::backend::for_context(new.ctx()).copy_any(&entry.stored, &new, priority);
                 entry.stored = new;
@@ -673,7 +687,7 @@ impl KVStore {
                     if let Some(tail) = &tail {
                         tails.push((jobs, g.place, Arc::clone(tail)));
                     }
-                    sums.add(SumJob { values: g.values, dst, tail });
+                    sums.add(SumJob { values: g.values.clone(), dst, tail });
                     jobs += 1;
                 }
                 None => {}
@@ -723,16 +737,46 @@ impl KVStore {
     }
 }
 
-/// What one key of a push needs, made before anything changes.
+/// What one key of a push needs, made before anything changes. Kept small and cloning
+/// nothing the second pass can clone itself: a call of thousands of keys holds one per key.
 struct Prepared {
     /// Where its sum goes.
-    dst: NDArray,
-    /// Its new stored value, when the sum's storage type differs from the stored one's.
-    replaced: Option<NDArray>,
+    dst: Dst,
+    /// Whether `dst` (made) becomes the stored value: the sum's storage type or GPU differs
+    /// from the stored one's.
+    replaces: bool,
     /// Whether `dst` is the key's merge buffer, taken out of the entry for the updater call.
     takes_merge: bool,
     /// Whether `dst` is a merge buffer (the key's or a new one), given back after the call.
     is_merge: bool,
+    /// Arrays made for compression or an updater, where there are any.
+    made: Option<Box<Made>>,
+}
+
+/// Where a push's sum goes.
+enum Dst {
+    /// The stored value.
+    Stored,
+    /// The key's only pushed value, handed to its updater as it is.
+    FirstValue,
+    /// An array made (or a merge buffer taken) for it.
+    Made(Box<NDArray>),
+}
+
+impl Dst {
+    /// The array this names, for a look before the second pass.
+    fn peek<'a>(&'a self, entry: &'a Entry, vals: &'a [NDArray]) -> Option<&'a NDArray> {
+        match self {
+            Dst::Stored => Some(&entry.stored),
+            Dst::FirstValue => vals.first(),
+            Dst::Made(new) => Some(new),
+        }
+    }
+}
+
+/// Arrays a push makes for a key besides its sum's destination.
+#[derive(Default)]
+struct Made {
     /// Residuals for value positions new to the key.
     new_residuals: Vec<NDArray>,
     /// The stored value's new home on the sum's GPU, for an updater.

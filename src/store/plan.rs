@@ -34,8 +34,20 @@ pub(crate) struct Grouped<T> {
     pub runs: Vec<(i32, Range<usize>)>,
 }
 
-fn runs_of(sorted_ids: &[i32]) -> Vec<(i32, Range<usize>)> {
-    let mut runs = Vec::new();
+/// How many runs of equal ids `ids` has, if they are in ascending order.
+fn sorted_runs(ids: &[i32]) -> Option<usize> {
+    let (mut sorted, mut starts) = (true, 0);
+    for w in ids.windows(2) {
+        sorted &= w[0] <= w[1];
+        starts += usize::from(w[0] != w[1]);
+    }
+    sorted.then(|| starts + usize::from(!ids.is_empty()))
+}
+
+/// The runs of equal ids in `sorted_ids`, which has `count` of them (counted first: grown by
+/// doubling, a vector of thousands of runs would be copied a dozen times).
+fn runs_of(sorted_ids: &[i32], count: usize) -> Vec<(i32, Range<usize>)> {
+    let mut runs = Vec::with_capacity(count);
     let mut start = 0;
     for run in sorted_ids.chunk_by(|a, b| a == b) {
         runs.push((run[0], start..start + run.len()));
@@ -48,9 +60,9 @@ fn runs_of(sorted_ids: &[i32]) -> Vec<(i32, Range<usize>)> {
 /// where their keys are in order: cloning arrays costs refcount traffic with the workers, and
 /// a call repeating an earlier call's handles shares that call's arrays (`ffi::handle`).
 pub(crate) fn group<T: Clone>(ids: &[i32], items: Arc<Vec<T>>) -> Grouped<T> {
-    if ids.windows(2).all(|w| w[0] <= w[1]) {
+    if let Some(count) = sorted_runs(ids) {
         // The usual call lists keys in order: nothing moves.
-        return Grouped { runs: runs_of(ids), items };
+        return Grouped { runs: runs_of(ids, count), items };
     }
     // Sort positions, not the items themselves (arrays are several words each).
     let mut order: Vec<usize> = (0..items.len()).collect();
@@ -59,7 +71,8 @@ pub(crate) fn group<T: Clone>(ids: &[i32], items: Arc<Vec<T>>) -> Grouped<T> {
     // `order` is a permutation: every slot is still full when its turn comes.
     let items: Vec<T> = order.iter().filter_map(|&i| slots[i].take()).collect();
     let sorted_ids: Vec<i32> = order.iter().map(|&i| ids[i]).collect();
-    Grouped { runs: runs_of(&sorted_ids), items: Arc::new(items) }
+    let count = sorted_runs(&sorted_ids).unwrap_or(sorted_ids.len());
+    Grouped { runs: runs_of(&sorted_ids, count), items: Arc::new(items) }
 }
 
 /// Fails unless `other` (a pushed value or an output) has the stored value's shape.
@@ -103,8 +116,10 @@ pub(crate) fn plan_push(
 ) -> Result<PushPlan> {
     let Grouped { items: values, runs } = group(ids, values);
     let mut groups = Vec::with_capacity(runs.len());
+    let mut next_place = 0;
     for (id, range) in runs {
-        let (place, entry) = entries.find(&id).ok_or_else(|| not_inited(&shown(id)))?;
+        let (place, entry) = entries.find_near(&id, next_place).ok_or_else(|| not_inited(&shown(id)))?;
+        next_place = place.wrapping_add(1);
         let stored = &entry.stored;
         let vals = &values[range.clone()];
         for v in vals {
@@ -192,20 +207,44 @@ pub(crate) fn plan_pull(
     ignore_sparse: bool,
 ) -> Result<PullPlan> {
     let skipped = |o: &NDArray| ignore_sparse && o.stype() != StorageType::Default;
-    let Grouped { items: outs, runs } = if outs.iter().any(skipped) {
-        let (ids, outs): (Vec<i32>, Vec<NDArray>) = ids.iter().copied().zip(outs.iter().cloned()).filter(|(_, o)| !skipped(o)).unzip();
-        group(&ids, Arc::new(outs))
-    } else {
-        group(ids, outs)
-    };
+    // Planned in one pass over the outputs (thousands of arrays in a call of small keys, each
+    // a cache miss on its first touch); only a call with a skipped output is planned again
+    // without those.
+    let grouped = group(ids, outs);
+    if let Some(copies) = copies_of(lookup, ahead, &grouped, shown, &skipped)? {
+        return Ok(copies);
+    }
+    let (ids, outs): (Vec<i32>, Vec<NDArray>) = grouped
+        .runs
+        .iter()
+        .flat_map(|(id, range)| grouped.items[range.clone()].iter().filter(|o| !skipped(o)).map(move |o| (*id, o.clone())))
+        .unzip();
+    copies_of(lookup, ahead, &group(&ids, Arc::new(outs)), shown, &|_| false)?
+        .ok_or_else(|| crate::Error::new("internal error: a pull's plan skipped an output it had left out"))
+}
+
+/// [`plan_pull`]'s copies of `grouped`, or `None` as soon as a key has a `skipped` output
+/// (before that key is checked: MXNet skips them first).
+fn copies_of(
+    lookup: &dyn Fn(i32) -> Option<NDArray>,
+    ahead: &dyn Fn(i32),
+    grouped: &Grouped<NDArray>,
+    shown: &dyn Fn(i32) -> String,
+    skipped: &dyn Fn(&NDArray) -> bool,
+) -> Result<Option<PullPlan>> {
+    let Grouped { items: outs, runs } = grouped;
     let mut copies = Vec::with_capacity(runs.len());
     let mut copy_ids = Vec::with_capacity(runs.len());
     for (i, (id, range)) in runs.iter().cloned().enumerate() {
         if let Some((next, _)) = runs.get(i + STORED_AHEAD) {
             ahead(*next);
         }
+        let outs = &outs[range.clone()];
+        if outs.iter().any(skipped) {
+            return Ok(None);
+        }
         let stored = lookup(id).ok_or_else(|| not_inited(&shown(id)))?;
-        for out in &outs[range.clone()] {
+        for out in outs {
             crate::ensure!(
                 out.stype() != StorageType::Csr,
                 "pulling key {} into a csr output is not supported",
@@ -217,7 +256,7 @@ pub(crate) fn plan_pull(
         copies.push(CopyJob { src: stored, dsts: range });
         copy_ids.push(id);
     }
-    Ok(PullPlan { outs, copies, ids: copy_ids })
+    Ok(Some(PullPlan { outs: Arc::clone(outs), copies, ids: copy_ids }))
 }
 
 /// Checks a row_sparse pull and returns the `(stored, output, row ids)` to schedule, with
@@ -408,5 +447,18 @@ mod tests {
         assert_eq!(sorted.runs, vec![(1, 0..2), (2, 2..3), (4, 3..6)]);
         let empty = group::<u8>(&[], Arc::new(vec![]));
         assert!(empty.items.is_empty() && empty.runs.is_empty());
+        for g in [&g.runs, &sorted.runs] {
+            assert_eq!(g.capacity(), g.len(), "runs are counted, not grown");
+        }
+    }
+
+    #[test]
+    fn runs_are_counted_only_for_ids_in_order() {
+        assert_eq!(sorted_runs(&[]), Some(0));
+        assert_eq!(sorted_runs(&[5]), Some(1));
+        assert_eq!(sorted_runs(&[1, 1, 2, 4, 4, 4]), Some(3));
+        assert_eq!(sorted_runs(&[-3, 0, 7, 9]), Some(4));
+        assert_eq!(sorted_runs(&[1, 2, 2, 1]), None);
+        assert_eq!(sorted_runs(&[2, 1]), None);
     }
 }
