@@ -91,13 +91,19 @@ mod tests {
         Entry::new(NDArray::zeros(&[len], Context::cpu(0), DType::Float32).unwrap())
     }
 
-    #[test]
-    fn entries_are_found_by_id_and_replaced_in_place() {
+    /// Keys 7, -3 and 2^30 in that order, with values of 1, 2 and 3 elements.
+    fn three_keys() -> Entries {
         let mut e = Entries::default();
         e.try_reserve(3).unwrap();
         for (id, len) in [(7, 1), (-3, 2), (1 << 30, 3)] {
             e.insert(id, entry(len));
         }
+        e
+    }
+
+    #[test]
+    fn entries_are_found_by_id_and_replaced_in_place() {
+        let mut e = three_keys();
         assert!(e.contains_key(&-3) && !e.contains_key(&8));
         assert_eq!(e.get(&7).map(|x| x.stored.size()), Some(1));
         assert_eq!(e.get(&(1 << 30)).map(|x| x.stored.size()), Some(3));
@@ -117,11 +123,7 @@ mod tests {
 
     #[test]
     fn a_near_find_takes_its_guess_only_where_the_guess_holds_the_key() {
-        let mut e = Entries::default();
-        e.try_reserve(3).unwrap();
-        for (id, len) in [(7, 1), (-3, 2), (1 << 30, 3)] {
-            e.insert(id, entry(len));
-        }
+        let mut e = three_keys();
         let sizes = |found: Option<(u32, &Entry)>| found.map(|(place, x)| (place, x.stored.size()));
         assert_eq!(sizes(e.find_near(&-3, 1)), Some((1, 2)), "the right guess");
         assert_eq!(sizes(e.find_near(&-3, 0)), Some((1, 2)), "a wrong guess falls back to the map");
