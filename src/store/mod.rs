@@ -753,6 +753,9 @@ struct Prepared {
     made: Option<Box<Made>>,
 }
 
+// A call of thousands of keys holds one `Prepared` per key: kept to half a cache line.
+const _: () = assert!(std::mem::size_of::<Prepared>() <= 32);
+
 /// Where a push's sum goes.
 enum Dst {
     /// The stored value.
