@@ -206,31 +206,36 @@ pub(crate) fn plan_pull(
     outs: Arc<Vec<NDArray>>,
     ignore_sparse: bool,
 ) -> Result<PullPlan> {
-    let skipped = |o: &NDArray| ignore_sparse && o.stype() != StorageType::Default;
     // Planned in one pass over the outputs (thousands of arrays in a call of small keys, each
     // a cache miss on its first touch); only a call with a skipped output is planned again
     // without those.
     let grouped = group(ids, outs);
-    if let Some(copies) = copies_of(lookup, ahead, &grouped, shown, &skipped)? {
+    if let Some(copies) = copies_of(lookup, ahead, &grouped, shown, ignore_sparse)? {
         return Ok(copies);
     }
+    // Only `ignore_sparse` skips outputs: the sparse ones are left out.
     let (ids, outs): (Vec<i32>, Vec<NDArray>) = grouped
         .runs
         .iter()
-        .flat_map(|(id, range)| grouped.items[range.clone()].iter().filter(|o| !skipped(o)).map(move |o| (*id, o.clone())))
+        .flat_map(|(id, range)| grouped.items[range.clone()].iter().filter(|o| !is_sparse(o)).map(move |o| (*id, o.clone())))
         .unzip();
-    copies_of(lookup, ahead, &group(&ids, Arc::new(outs)), shown, &|_| false)?
+    copies_of(lookup, ahead, &group(&ids, Arc::new(outs)), shown, false)?
         .ok_or_else(|| crate::Error::new("internal error: a pull's plan skipped an output it had left out"))
 }
 
-/// [`plan_pull`]'s copies of `grouped`, or `None` as soon as a key has a `skipped` output
-/// (before that key is checked: MXNet skips them first).
+/// Whether `out` is sparse: a pull with `ignore_sparse` leaves it alone.
+fn is_sparse(out: &NDArray) -> bool {
+    out.stype() != StorageType::Default
+}
+
+/// [`plan_pull`]'s copies of `grouped`, or `None` as soon as a key has an output it skips
+/// with `ignore_sparse` (before that key is checked: MXNet skips them first).
 fn copies_of(
     lookup: &dyn Fn(i32) -> Option<NDArray>,
     ahead: &dyn Fn(i32),
     grouped: &Grouped<NDArray>,
     shown: &dyn Fn(i32) -> String,
-    skipped: &dyn Fn(&NDArray) -> bool,
+    ignore_sparse: bool,
 ) -> Result<Option<PullPlan>> {
     let Grouped { items: outs, runs } = grouped;
     let mut copies = Vec::with_capacity(runs.len());
@@ -240,7 +245,7 @@ fn copies_of(
             ahead(*next);
         }
         let outs = &outs[range.clone()];
-        if outs.iter().any(skipped) {
+        if ignore_sparse && outs.iter().any(is_sparse) {
             return Ok(None);
         }
         let stored = lookup(id).ok_or_else(|| not_inited(&shown(id)))?;
@@ -450,6 +455,30 @@ mod tests {
         for g in [&g.runs, &sorted.runs] {
             assert_eq!(g.capacity(), g.len(), "runs are counted, not grown");
         }
+    }
+
+    #[test]
+    fn a_pull_skips_sparse_outputs_before_checking_their_keys_and_plans_the_rest() {
+        use crate::ndarray::{Context, DType};
+        let dense = || NDArray::zeros(&[2], Context::cpu(0), DType::Float32).unwrap();
+        let sparse = || NDArray::empty_row_sparse(&[2], Context::cpu(0), DType::Float32).unwrap();
+        let stored: HashMap<i32, NDArray> = [(1, dense()), (3, dense())].into_iter().collect();
+        let lookup = |id: i32| stored.get(&id).cloned();
+        let shown = |id: i32| id.to_string();
+        let (d1, d3) = (dense(), dense());
+        let outs = Arc::new(vec![d1.clone(), sparse(), d3.clone(), sparse()]);
+        // Key 2 was never initialised: its only output is sparse, so it is never checked.
+        let plan = plan_pull(&lookup, &|_| (), &[1, 2, 3, 1], &shown, Arc::clone(&outs), true).unwrap();
+        assert_eq!(plan.ids, vec![1, 3]);
+        assert_eq!(plan.copies.iter().map(|c| c.dsts.clone()).collect::<Vec<_>>(), vec![0..1, 1..2]);
+        assert_eq!(plan.outs.len(), 2);
+        assert!(plan.outs[0].var() == d1.var() && plan.outs[1].var() == d3.var(), "the dense outputs, in key order");
+        let err = plan_pull(&lookup, &|_| (), &[1, 2, 3, 1], &shown, outs, false).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("key 2 has not been inited")), "without ignore_sparse every key is checked");
+        let all_dense = Arc::new(vec![d3.clone(), d1.clone()]);
+        let plan = plan_pull(&lookup, &|_| (), &[1, 3], &shown, Arc::clone(&all_dense), true).unwrap();
+        assert!(Arc::ptr_eq(&plan.outs, &all_dense), "nothing skipped: the call's outputs are kept, not copied");
+        assert_eq!(plan.ids, vec![1, 3]);
     }
 
     #[test]
