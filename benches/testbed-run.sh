@@ -23,11 +23,13 @@
 # --base DIR: a leg of another build, the libkvstore.so and libkvstore_mpi.so in DIR (e.g.
 # copied from target/release at another commit), after this build's, in the same run: a
 # same-run A/B with this build / base. --no-reference: no ps-lite leg (A/B runs).
-# --env NAME=VALUE (repeatable): set for this build's libkvstore leg (kvstore-launch --env).
+# --env NAME=VALUE (repeatable): set for this build's libkvstore leg (kvstore-launch --env);
+# --env-server NAME:VALUE and --env-worker NAME:VALUE, for its servers or workers only.
 #
 #   benches/testbed-run.sh [--iters N (default 10)] [--rate 1gbit] [--workers W] [--servers S]
 #                          [--colocated] [--2bit] [--updater] [--mxnet-placement] [--base DIR]
-#                          [--no-reference] [--env NAME=VALUE] [--no-build] [--keep DIR]
+#                          [--no-reference] [--env NAME=VALUE] [--env-server NAME:VALUE]
+#                          [--env-worker NAME:VALUE] [--no-build] [--keep DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -57,6 +59,8 @@ while [[ $# -gt 0 ]]; do
         --base) base=${2:?}; shift 2 ;;
         --no-reference) reference_leg=0; shift ;;
         --env) kv_env+=(--env "${2:?}"); shift 2 ;;
+        --env-server) kv_env+=(--env-server "${2:?}"); shift 2 ;;
+        --env-worker) kv_env+=(--env-worker "${2:?}"); shift 2 ;;
         --rate) rate=${2:?}; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep) keep=${2:?}; shift 2 ;;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use std::thread::JoinHandle;
 
 /// The version of this C ABI; libkvstore refuses a plugin of another version.
-pub const KVMPI_ABI_VERSION: c_int = 5;
+pub const KVMPI_ABI_VERSION: c_int = 6;
 
 /// The tag of the message a process sends itself to stop its receiver thread.
 const STOP_TAG: i32 = 32000;
@@ -91,6 +91,22 @@ pub type KvmpiPlace = extern "C" fn(*mut c_void, c_int, c_int, *const u8, usize,
 
 fn comms() -> Option<&'static Comms> {
     COMMS.get()
+}
+
+/// How far, in bytes queued, a bulk send may run ahead of the oldest bulk message still
+/// waiting for another destination (0: no limit); see [`kvmpi_set_bulk_lead`].
+static BULK_LEAD: AtomicU64 = AtomicU64::new(0);
+
+/// Keeps this process's bulk sends to its destinations in step: a bulk message starts only
+/// while it was queued at most `bytes` after the oldest bulk message still waiting for any
+/// destination (0, the default: each destination's queue goes at its own pace). A worker sets
+/// it: its push to one server must not run far ahead of its push to another, since a sync
+/// round waits for every worker's part, and a server whose share from this worker lags
+/// answers late while the other's link from it is busy with parts that are early. Takes
+/// effect for messages started after the call.
+#[no_mangle]
+pub extern "C" fn kvmpi_set_bulk_lead(bytes: u64) {
+    BULK_LEAD.store(bytes, Ordering::Relaxed);
 }
 
 /// The ABI version of this plugin.
@@ -209,6 +225,8 @@ struct Outgoing {
     body_len: usize,
     release: KvmpiRelease,
     ctx: *mut c_void,
+    /// Bulk bytes this process had queued, to any destination, when this one was queued.
+    queued_at: u64,
 }
 
 // SAFETY: the poster of a message hands its bytes and context to the progress thread, which
@@ -270,7 +288,7 @@ pub extern "C" fn kvmpi_post_parts(
     }
     let Ok(post) = POST.lock() else { return 3 };
     let Some(tx) = post.as_ref() else { return 4 };
-    let out = Outgoing { dest, tag, data: head, len: head_len, body, body_len, release, ctx };
+    let out = Outgoing { dest, tag, data: head, len: head_len, body, body_len, release, ctx, queued_at: 0 };
     match tx.send(Command::Send(out, express != 0)) {
         Ok(()) => 0,
         // The progress thread has gone: the message is dropped unsent, its bytes unreleased
@@ -377,6 +395,21 @@ struct Queue {
     bulk_bytes: usize,
 }
 
+impl Queue {
+    /// Whether the next bulk message may start: its destination's window has room (or nothing
+    /// is under way), and it was queued no later than `queued_by` (when given).
+    fn next_bulk_may_start(&self, max_in_flight: usize, window_bytes: usize, queued_by: Option<u64>) -> bool {
+        let Some(next) = self.bulk.front() else { return false };
+        let fits = self.bulk_in_flight == 0 || (self.bulk_in_flight < max_in_flight && self.bulk_bytes + next.len + next.body_len <= window_bytes);
+        fits && queued_by.map_or(true, |by| next.queued_at <= by)
+    }
+}
+
+/// When the oldest bulk message still waiting for any destination was queued.
+fn oldest_waiting(queues: &HashMap<c_int, Queue>) -> Option<u64> {
+    queues.values().filter_map(|q| q.bulk.front().map(|o| o.queued_at)).min()
+}
+
 /// Bulk sends to one rank under way at once: a new one starts while fewer than this many are
 /// under way and their bytes stay under `BULK_WINDOW_BYTES`, or when none is. Open MPI
 /// interleaves the fragments of concurrent sends to a rank, so many at once would all finish
@@ -385,11 +418,13 @@ const BULK_MAX_IN_FLIGHT: usize = 4;
 const BULK_WINDOW_BYTES: usize = 2 << 20;
 
 /// The progress thread's settings (experiments: `KVMPI_BUSY_SLEEP_US`, `KVMPI_MAX_IN_FLIGHT`,
-/// `KVMPI_WINDOW_BYTES`).
+/// `KVMPI_WINDOW_BYTES`, `KVMPI_LEAD_BYTES`).
 struct Tuning {
     busy_sleep_us: u64,
     max_in_flight: usize,
     window_bytes: usize,
+    /// Overrides [`kvmpi_set_bulk_lead`]'s setting.
+    lead_bytes: Option<u64>,
 }
 
 fn tuning() -> &'static Tuning {
@@ -400,6 +435,7 @@ fn tuning() -> &'static Tuning {
             busy_sleep_us: var("KVMPI_BUSY_SLEEP_US", Backoff::MAX_BUSY_SLEEP_US as usize) as u64,
             max_in_flight: var("KVMPI_MAX_IN_FLIGHT", BULK_MAX_IN_FLIGHT),
             window_bytes: var("KVMPI_WINDOW_BYTES", BULK_WINDOW_BYTES),
+            lead_bytes: std::env::var("KVMPI_LEAD_BYTES").ok().and_then(|v| v.trim().parse().ok()),
         }
     })
 }
@@ -448,6 +484,7 @@ fn progress(
     // The send and part behind each of a pass's first requests.
     let mut send_slots: Vec<(usize, usize)> = Vec::new();
     let mut stopping = false;
+    let mut bulk_queued: u64 = 0;
     let mut idle = Backoff::new();
     let mut wait: Option<std::time::Duration> = None;
     loop {
@@ -472,11 +509,13 @@ fn progress(
             };
             worked = true;
             match cmd {
-                Command::Send(out, express) => {
+                Command::Send(mut out, express) => {
                     let q = queues.entry(out.dest).or_default();
                     if express {
                         q.express.push_back(out)
                     } else {
+                        out.queued_at = bulk_queued;
+                        bulk_queued += (out.len + out.body_len) as u64;
                         q.bulk.push_back(out)
                     }
                 }
@@ -487,6 +526,8 @@ fn progress(
             }
         }
         // Start the sends that may start.
+        let lead = tuning().lead_bytes.unwrap_or_else(|| BULK_LEAD.load(Ordering::Relaxed));
+        let oldest_waiting = if lead > 0 { oldest_waiting(&queues) } else { None };
         for q in queues.values_mut() {
             let mut start = |out: Outgoing, bulk: bool| {
                 let isend = |data: *const u8, len: usize, tag: c_int| {
@@ -522,12 +563,8 @@ fn progress(
                 start(out, false);
                 worked = true;
             }
-            while let Some(next) = q.bulk.front() {
-                let t = tuning();
-                let fits = q.bulk_in_flight == 0 || (q.bulk_in_flight < t.max_in_flight && q.bulk_bytes + next.len + next.body_len <= t.window_bytes);
-                if !fits {
-                    break;
-                }
+            let t = tuning();
+            while q.next_bulk_may_start(t.max_in_flight, t.window_bytes, oldest_waiting.map(|w| w.saturating_add(lead))) {
                 let out = q.bulk.pop_front().expect("front checked");
                 q.bulk_in_flight += 1;
                 q.bulk_bytes += out.len + out.body_len;
@@ -1024,6 +1061,51 @@ mod tests {
         }
         let empty = framed_head(&[], 9);
         assert_eq!(split_head(empty), Some((Vec::new(), 9)));
+    }
+
+    extern "C" fn release_nothing(_: *mut c_void) {}
+
+    fn queued(dest: c_int, len: usize, queued_at: u64) -> Outgoing {
+        Outgoing { dest, tag: 0, data: std::ptr::null(), len, body: std::ptr::null(), body_len: 0, release: release_nothing, ctx: std::ptr::null_mut(), queued_at }
+    }
+
+    #[test]
+    fn a_bulk_message_waits_for_its_window_and_for_other_destinations_within_the_lead() {
+        const MIB: usize = 1 << 20;
+        let mut queues: HashMap<c_int, Queue> = HashMap::new();
+        // Destination 1 holds 4 MiB queued first, destination 2 the next 4 MiB.
+        for i in 0..4u64 {
+            queues.entry(1).or_default().bulk.push_back(queued(1, MIB, i * MIB as u64));
+            queues.entry(2).or_default().bulk.push_back(queued(2, MIB, (4 + i) * MIB as u64));
+        }
+        assert_eq!(oldest_waiting(&queues), Some(0));
+        let lead = MIB as u64;
+        let by = oldest_waiting(&queues).map(|w| w + lead);
+        assert!(queues[&1].next_bulk_may_start(4, 2 * MIB, by), "the oldest message may always start");
+        assert!(!queues[&2].next_bulk_may_start(4, 2 * MIB, by), "4 MiB ahead of destination 1, with a lead of 1 MiB");
+        assert!(queues[&2].next_bulk_may_start(4, 2 * MIB, None), "without a lead only the window counts");
+        // Destination 1 starts its messages: two fill its 2 MiB window; once its waiting
+        // front was queued at 3 MiB, destination 2's first (at 4 MiB) is within the lead.
+        for started in 1..=3u64 {
+            let q = queues.get_mut(&1).unwrap();
+            if started == 3 {
+                // The first send finishes and opens the window.
+                q.bulk_in_flight -= 1;
+                q.bulk_bytes -= MIB;
+            }
+            let out = q.bulk.pop_front().unwrap();
+            q.bulk_in_flight += 1;
+            q.bulk_bytes += out.len;
+            let by = oldest_waiting(&queues).map(|w| w + lead);
+            assert_eq!(queues[&2].next_bulk_may_start(4, 2 * MIB, by), started == 3, "after {started} started");
+            if started == 2 {
+                assert!(!queues[&1].next_bulk_may_start(4, 2 * MIB, by), "destination 1's window is full");
+            }
+        }
+        // With destination 1's queue empty, destination 2 is the oldest waiting.
+        queues.get_mut(&1).unwrap().bulk.clear();
+        assert_eq!(oldest_waiting(&queues), Some(4 * MIB as u64));
+        assert!(!Queue::default().next_bulk_may_start(4, 2 * MIB, None), "nothing queued");
     }
 
     #[test]

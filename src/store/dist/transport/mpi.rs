@@ -13,7 +13,7 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 /// The plugin ABI version this library speaks.
-const ABI_VERSION: c_int = 5;
+const ABI_VERSION: c_int = 6;
 /// The tag of every store message.
 pub const DATA_TAG: c_int = 1;
 /// Added by the plugin to the tag of a message whose body was received in place.
@@ -32,6 +32,7 @@ struct Plugin {
     post: unsafe extern "C" fn(c_int, c_int, *const u8, usize, c_int, ReleaseFn, *mut c_void) -> c_int,
     post_parts: unsafe extern "C" fn(c_int, c_int, *const u8, usize, *const u8, usize, c_int, ReleaseFn, *mut c_void) -> c_int,
     start_receiver: unsafe extern "C" fn(ReceiveFn, Option<PlaceFn>, *mut c_void) -> c_int,
+    set_bulk_lead: unsafe extern "C" fn(u64),
     barrier: unsafe extern "C" fn(c_int) -> c_int,
     processor_names: unsafe extern "C" fn(*mut u8, usize, usize) -> c_int,
     start_heartbeat: unsafe extern "C" fn(u64) -> c_int,
@@ -114,6 +115,7 @@ fn bind(lib: libloading::Library) -> Result<Plugin> {
         post: sym!(b"kvmpi_post\0"),
         post_parts: sym!(b"kvmpi_post_parts\0"),
         start_receiver: sym!(b"kvmpi_start_receiver\0"),
+        set_bulk_lead: sym!(b"kvmpi_set_bulk_lead\0"),
         barrier: sym!(b"kvmpi_barrier\0"),
         processor_names: sym!(b"kvmpi_processor_names\0"),
         start_heartbeat: sym!(b"kvmpi_start_heartbeat\0"),
@@ -260,6 +262,12 @@ extern "C" fn release_owned(ctx: *mut c_void) {
     drop(unsafe { Box::from_raw(ctx as *mut Vec<u8>) });
 }
 
+/// A worker's pushes to different servers stay within this many bytes of each other, in the
+/// order it queued them: a sync round waits for every worker's part, so a worker far ahead on
+/// one server and behind on another leaves the second server's answers late and the first's
+/// link busy with parts that are early (the plugin's `kvmpi_set_bulk_lead`).
+const WORKER_BULK_LEAD: u64 = 4 << 20;
+
 /// Smaller bodies are copied into their message: one MPI message costs less than two
 /// (the head and the body) up to about this size.
 const IN_PLACE_MIN: usize = 64 << 10;
@@ -361,6 +369,10 @@ pub fn start(role: Role) -> Result<Arc<Node>> {
         }
         None => false,
     };
+    if role == Role::Worker {
+        // SAFETY: a plain call, before the progress thread starts.
+        unsafe { (plugin.set_bulk_lead)(WORKER_BULK_LEAD) };
+    }
     // SAFETY: `on_message` and `on_place` have the callback signatures; the context is unused.
     let rc = unsafe { (plugin.start_receiver)(on_message, Some(on_place), std::ptr::null_mut()) };
     crate::ensure!(rc == 0, "the MPI receiver thread could not start (code {rc})");
