@@ -1,7 +1,8 @@
 /* Differential test of row_sparse values in the store, after MXNet's own tests: pushes make
- * the union of rows, dense pulls densify, row_sparse_pull returns the sorted unique rows asked
- * for (zeros where absent), updaters receive row_sparse handles, plain pulls skip sparse
- * outputs, and the errors of a row_sparse_pull. */
+ * the union of rows (also inside a push-pull), dense pulls densify, row_sparse_pull returns
+ * the sorted unique rows asked for (zeros where absent; none from a key without rows),
+ * updaters receive row_sparse handles, plain pulls skip sparse outputs, and the errors of a
+ * row_sparse_pull. */
 #include "common.h"
 #include <stdint.h>
 
@@ -75,6 +76,12 @@ static void run(const char *type) {
   CHECK(MXKVStorePushEx(kv, 1, &a, &one, 0));
   CHECK(MXKVStorePullEx(kv, 1, &a, &out, 0));
   show("dense key pushed row_sparse ones, dense pull", out);
+  /* the same in one push-pull: the pull reads the row_sparse value the push leaves */
+  const char *f = "f";
+  NDArrayHandle z2 = dense(0), out2 = dense(-1);
+  CHECK(MXKVStoreInitEx(kv, 1, &f, &z2));
+  CHECK(MXKVStorePushPullEx(kv, 1, &f, 1, &f, &one, &out2, 0));
+  show("dense key push-pulled row_sparse ones, dense output", out2);
   /* row_sparse_pull from a key initialised with row_sparse ones, float32 (2,2) row ids */
   CHECK(MXKVStoreInitEx(kv, 1, &e, &one));
   float rid_vals[3][4] = {{3, 0, 3, 5}, {1, 1, 1, 1}, {4, 2, 0, 2}};
@@ -115,6 +122,13 @@ static void run(const char *type) {
   CHECK(MXKVStoreInitEx(kv, 1, &d, &some));
   CHECK(MXKVStorePullWithSparseEx(kv, 1, &d, &two, 0, false));
   show("dense key into row_sparse output", two);
+  /* row_sparse_pull from a key without rows: no rows (not zero rows), as from no row ids */
+  const char *g = "g";
+  CHECK(MXKVStoreInitEx(kv, 1, &g, &empty));
+  NDArrayHandle none_out = rsp(1, all, (float[]){9, 9}, 0);
+  CHECK(MXKVStorePullRowSparseEx(kv, 1, &g, &none_out, &rids[0], 0));
+  show("row_sparse_pull of a key without rows", none_out);
+  CHECK(MXNDArrayFree(none_out));
   /* errors: row_sparse_pull into a dense output, of a dense key, with row_sparse row ids */
   printf("errors: dense output %d, dense key %d, sparse row ids %d\n", MXKVStorePullRowSparseEx(kv, 1, &e, &out, &rids[0], 0),
          MXKVStorePullRowSparseEx(kv, 1, &d, &outs[0], &rids[0], 0), MXKVStorePullRowSparseEx(kv, 1, &e, &outs[0], &two, 0));
@@ -125,7 +139,7 @@ static void run(const char *type) {
   CHECK(MXKVStorePushEx(kv, 2, b2, two_parts, 0));
   CHECK(MXKVStorePushEx(kv, 1, &b, &parts[2], 0));
   CHECK(MXKVStoreFree(kv));
-  NDArrayHandle all_h[] = {z, out, one, empty, two, some, rids[0], rids[1], rids[2], rids[3], outs[0], outs[1], outs[2], outs[3],
+  NDArrayHandle all_h[] = {z, out, z2, out2, one, empty, two, some, rids[0], rids[1], rids[2], rids[3], outs[0], outs[1], outs[2], outs[3],
                            parts[0], parts[1], parts[2], parts[3]};
   for (size_t i = 0; i < sizeof all_h / sizeof all_h[0]; i++) CHECK(MXNDArrayFree(all_h[i]));
 }

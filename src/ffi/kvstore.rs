@@ -157,7 +157,8 @@ pub extern "C" fn MXKVStorePullEx(
 }
 
 /// Pulls the rows `row_ids[i]` of int keys into row_sparse `vals[i]`: the output's rows are
-/// the sorted unique ids (any dtype and shape), zero where the stored value has no such row.
+/// the sorted unique ids (any dtype and shape), zero where the stored value has no such row
+/// (and none at all from a stored value without rows, as in MXNet).
 /// Returns: -1 for a dense output, dense stored value or sparse row ids.
 ///
 /// Ownership: the caller keeps `vals` and `row_ids`.

@@ -227,7 +227,7 @@ impl KVStore {
                 return Ok(());
             }
             let devices = self.nccl_push(&state, &plan)?;
-            let calls = self.schedule_push(&mut state, plan, priority, devices)?;
+            let (calls, _) = self.schedule_push(&mut state, plan, priority, devices)?;
             state.keys.fix_type(&keys);
             calls
         };
@@ -353,10 +353,13 @@ impl KVStore {
             if let Some(set) = &devices {
                 nccl::check_pull(set.as_ref(), &copies, &Self::shown(&state.keys))?;
             }
-            let calls = self.schedule_push(&mut state, plan, priority, devices)?;
+            let (calls, replaced) = self.schedule_push(&mut state, plan, priority, devices)?;
             state.keys.fix_type(&vkeys);
             state.keys.fix_type(&okeys);
             let mut copies = copies;
+            if replaced {
+                plan::read_stored_after_push(&state.entries, &mut copies);
+            }
             fusion::join(&state.entries, &mut copies);
             (calls, copies)
         };
@@ -479,7 +482,8 @@ impl KVStore {
     }
 
     /// Pulls the rows `row_ids[i]` (any shape and dtype, unsorted, repeated) of each key into
-    /// the row_sparse `outs[i]`: the output's rows are the sorted unique ids, absent rows zero.
+    /// the row_sparse `outs[i]`: the output's rows are the sorted unique ids, absent rows zero
+    /// (none at all from a stored value without rows, as in MXNet).
     pub fn pull_row_sparse(&self, keys: Keys, outs: &[NDArray], row_ids: &[NDArray], priority: i32) -> Result<()> {
         let _trace = profiler::span(Class::Call, "pull_row_sparse", || trace_args(&keys, outs));
         let servers = self.comm.servers("row_sparse pull")?;
@@ -548,7 +552,8 @@ impl KVStore {
         self.comm.send_command(id, body)
     }
 
-    /// Schedules the sums of a checked push; returns the updater calls to make, if any.
+    /// Schedules the sums of a checked push; returns the updater calls to make, if any, and
+    /// whether a key got a new stored value (another storage type or GPU).
     /// Everything the push allocates (replaced stored values, merge buffers, residuals) is
     /// made before any entry changes: a push that fails changes nothing. `nccl_devices` is an
     /// `nccl` store's device set after the push (its root holds every sum of several values),
@@ -559,7 +564,7 @@ impl KVStore {
         plan: PushPlan,
         priority: i32,
         nccl_devices: Option<Option<nccl::DeviceSet>>,
-    ) -> Result<Vec<UpdaterCall>> {
+    ) -> Result<(Vec<UpdaterCall>, bool)> {
         let updaters = self.updaters.read().clone();
         let string_keys = state.keys.key_type() == Some(KeyType::Str);
         let compression = self.active_compression(state);
@@ -645,7 +650,7 @@ impl KVStore {
         let calls_len = if with_updater { groups.len() } else { 0 };
         let (mut compressed, mut calls) = (Vec::new(), Vec::with_capacity(calls_len));
         let mut sums = batch::SumBatches::new(self.sum_order(), values, priority, groups.len());
-        let (mut tails, mut jobs) = (Vec::new(), 0);
+        let (mut tails, mut jobs, mut replaced) = (Vec::new(), 0, false);
         for (i, (g, p)) in groups.iter().zip(prepared).enumerate() {
             // Most pushes clone the stored value (see `plan::plan_pull`).
             if let Some(next) = groups.get(i + plan::STORED_AHEAD).and_then(|n| state.entries.at(n.place)) {
@@ -662,6 +667,7 @@ impl KVStore {
                 entry.stored = dst.clone();
             }
             let Made { new_residuals, moved } = made.map_or_else(Made::default, |m| *m);
+            replaced |= replaces || moved.is_some();
             if let Some(new) = moved {
                 crate::backend::for_context(new.ctx()).copy_any(&entry.stored, &new, priority);
                 entry.stored = new;
@@ -704,7 +710,7 @@ impl KVStore {
             }
         }
         batch::compressed_sums(compressed, priority);
-        Ok(calls)
+        Ok((calls, replaced))
     }
 
     /// Calls the updaters on the calling thread, with no store lock held: an updater may call

@@ -223,6 +223,20 @@ pub(crate) fn plan_pull(
         .ok_or_else(|| crate::Error::new("internal error: a pull's plan skipped an output it had left out"))
 }
 
+/// Points each copy of `plan`, planned before a push in the same call, at its key's stored
+/// value as that push left it: a push may give a key a new stored value (of the sum's storage
+/// type, or on the sum's GPU for an updater), and the pull reads what the push leaves, as
+/// MXNet's pull after its push does.
+pub(crate) fn read_stored_after_push(entries: &Entries, plan: &mut PullPlan) {
+    for (copy, id) in plan.copies.iter_mut().zip(&plan.ids) {
+        if let Some(entry) = entries.get(id) {
+            if !entry.stored.same_chunk(&copy.src) {
+                copy.src = entry.stored.clone();
+            }
+        }
+    }
+}
+
 /// Whether `out` is sparse: a pull with `ignore_sparse` leaves it alone.
 fn is_sparse(out: &NDArray) -> bool {
     out.stype() != StorageType::Default

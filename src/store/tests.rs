@@ -308,6 +308,25 @@ fn row_sparse_pushes_take_the_union_of_rows_and_change_the_key_type() {
 }
 
 #[test]
+fn a_push_pull_reads_the_value_its_push_leaves_and_a_value_without_rows_gives_none() {
+    let kv = KVStore::new("local").unwrap();
+    kv.init(Keys::Int(&[1]), &[NDArray::zeros(&[5, 2], Context::cpu(0), DType::Float32).unwrap()]).unwrap();
+    // The push gives the key a new (row_sparse) stored value; the pull reads that one.
+    let dense = NDArray::zeros(&[5, 2], Context::cpu(0), DType::Float32).unwrap();
+    dense.copy_from_host(bytemuck::cast_slice(&[-1.0f32; 10])).unwrap();
+    kv.push_pull(Keys::Int(&[1]), vec![row_sparse(5, &[2], 3.0)], Keys::Int(&[1]), vec![dense.clone()], 0).unwrap();
+    assert_eq!(read(&dense), vec![0., 0., 0., 0., 3., 3., 0., 0., 0., 0.]);
+    // A row_sparse pull of a value without rows gives no rows (not zero rows), as MXNet's.
+    kv.init(Keys::Int(&[2]), &[row_sparse(5, &[], 0.0)]).unwrap();
+    let out = row_sparse(5, &[1], 9.0);
+    let rid = NDArray::zeros(&[2], Context::cpu(0), DType::Float64).unwrap();
+    rid.copy_from_host(bytemuck::cast_slice(&[3.0f64, 1.0])).unwrap();
+    kv.pull_row_sparse(Keys::Int(&[2]), std::slice::from_ref(&out), std::slice::from_ref(&rid), 0).unwrap();
+    out.wait_to_read().unwrap();
+    assert!(out.rows_now().unwrap().ids.is_empty());
+}
+
+#[test]
 fn batches_that_share_arrays_between_keys_keep_call_order() {
     // Small keys are batched into one op whose locks are all taken at once; arrays shared
     // between keys must neither deadlock that op nor change what each key gets.

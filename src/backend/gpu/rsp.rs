@@ -378,6 +378,10 @@ fn enqueue_pull(q: &mut Queue, pull: &RowSparsePull, slot: Option<Slot>, install
     };
     want.sort_unstable();
     want.dedup();
+    // A value without rows gives none (as the host backend's pull).
+    if stored_ids.is_empty() {
+        want.clear();
+    }
     let positions = sparse::retain_positions(&stored_ids, &want)?;
     let install = Target::new(q, &pull.out, &want)?;
     let out = install.values;

@@ -338,7 +338,7 @@ fn run_copies(src: &NDArray, dsts: &[NDArray], threads: usize) -> Result<()> {
 }
 
 /// `out = the rows rid of stored`: row ids of any dtype and shape, cast to int64, sorted,
-/// unique.
+/// unique; none when stored has no rows.
 fn run_row_sparse_pull(stored: &NDArray, out: &NDArray, rid: &NDArray) -> Result<()> {
     let mut want = Buffer::zeroed(rid.size() * DType::Int64.size())?;
     rid.read_bytes(|b| crate::base::cast(rid.dtype(), b, DType::Int64, want.bytes_mut()));
@@ -346,6 +346,10 @@ fn run_row_sparse_pull(stored: &NDArray, out: &NDArray, rid: &NDArray) -> Result
     want.sort_unstable();
     want.dedup();
     let rows = stored.rows_now()?;
+    // MXNet's sparse_retain gives a value without rows no rows at all, not zero rows.
+    if rows.ids.is_empty() {
+        want.clear();
+    }
     let kept = sparse::retain(stored.row_bytes(), &rows.ids, &rows.data, &want)?;
     let data = if stored.dtype() == out.dtype() {
         kept
