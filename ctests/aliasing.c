@@ -149,12 +149,61 @@ static void compressed(void) {
   CHECK(MXKVStoreFree(kv));
 }
 
+/* local = recv - local, after checking that the two are different arrays. */
+static void difference(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
+  (void)user;
+  size_t n = len_of(key);
+  void *r_data, *l_data;
+  CHECK(MXNDArrayGetData(recv, &r_data));
+  CHECK(MXNDArrayGetData(local, &l_data));
+  EXPECT(r_data != l_data);
+  float *r = malloc(sizeof(float) * n), *l = malloc(sizeof(float) * n);
+  CHECK(MXNDArraySyncCopyToCPU(recv, r, n));
+  CHECK(MXNDArraySyncCopyToCPU(local, l, n));
+  for (size_t i = 0; i < n; i++) l[i] = r[i] - l[i];
+  CHECK(MXNDArraySyncCopyFromCPU(local, l, n));
+  free(r);
+  free(l);
+  CHECK(MXNDArrayFree(recv));
+  CHECK(MXNDArrayFree(local));
+}
+
+/* Pushes without an updater, then with one: the updater gets the sum and the stored value as
+ * two arrays (MXNet keeps the pushed array, or with several values the key's merge buffer, as
+ * the stored value, and then hands that one array as both). Pushed again with the same
+ * arrays, one value or two, small and big keys. */
+static void updater_after_assignment(const char *type) {
+  for (int key = 0; key < 2; key++) {
+    for (int n = 1; n <= 2; n++) {
+      KVStoreHandle kv;
+      CHECK(MXKVStoreCreate(type, &kv));
+      int keys[2] = {key, key};
+      NDArrayHandle init = f32_filled((uint32_t)len_of(key), 1, 0);
+      CHECK(MXKVStoreInit(kv, 1, keys, &init));
+      NDArrayHandle v[2] = {f32_filled((uint32_t)len_of(key), 3, 0), f32_filled((uint32_t)len_of(key), 3, 1)};
+      CHECK(MXKVStorePush(kv, (mx_uint)n, keys, v, 0));
+      CHECK(MXKVStoreSetUpdater(kv, difference, NULL));
+      CHECK(MXKVStorePush(kv, (mx_uint)n, keys, v, 0));
+      char what[96];
+      snprintf(what, sizeof what, "'%s' store, updater set after an assignment push of %d value(s)", type, n);
+      expect_key(kv, key, 0, what); /* 3n - 3n */
+      CHECK(MXKVStorePush(kv, (mx_uint)n, keys, v, 0));
+      expect_key(kv, key, 3.0f * (float)n, what);
+      CHECK(MXKVStoreFree(kv));
+      for (int i = 0; i < 2; i++) CHECK(MXNDArrayFree(v[i]));
+      CHECK(MXNDArrayFree(init));
+    }
+  }
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   alarm(30); /* a deadlock fails fast (SIGALRM) instead of hanging the run */
   plain("local");
   plain("device");
   compressed();
+  updater_after_assignment("local");
+  updater_after_assignment("device");
   CHECK(MXNDArrayWaitAll());
   printf("aliasing passed\n");
   return 0;

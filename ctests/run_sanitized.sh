@@ -9,14 +9,16 @@ cargo build --release --quiet
 lib="$PWD/target/release"
 out="$PWD/target/ctests-sanitized"
 mkdir -p "$out"
-programs=(walkthrough diff_store diff_dtypes diff_ndarray diff_compression diff_sparse diff_ops diff_broadcast_sparse diff_parsing bad_input row_ids threads teardown async_error profiler aliasing cross_store half_applied fork oom)
+programs=(walkthrough diff_store diff_dtypes diff_ndarray diff_compression diff_sparse diff_ops diff_broadcast_sparse diff_parsing diff_random bad_input row_ids threads teardown async_error profiler aliasing free_in_flight cross_store half_applied fork oom)
+# Arguments where a program's full run would take minutes under the sanitizers.
+declare -A args=([diff_random]="8 40")
 
 for p in "${programs[@]}"; do
   cc -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
      -pthread -I include "ctests/$p.c" -L "$lib" -lkvstore -Wl,-rpath,"$lib" -o "$out/$p-asan"
   # grep reads all of nm's output (no -q): with pipefail an early exit would fail the pipe.
   nm "$out/$p-asan" | grep __asan_init > /dev/null || { echo "$p: not instrumented" >&2; exit 1; }
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 "$out/$p-asan" > "$out/$p-asan.log" 2>&1 \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 "$out/$p-asan" ${args[$p]:-} > "$out/$p-asan.log" 2>&1 \
     || { cat "$out/$p-asan.log" >&2; echo "ASan/UBSan: $p FAILED" >&2; exit 1; }
   echo "ASan/UBSan: $p clean"
 done
@@ -30,7 +32,7 @@ for p in "${programs[@]}"; do
   # (threads.c's reader) can starve the others for minutes; fair scheduling hands the lock
   # round in order.
   valgrind --quiet --fair-sched=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-    "$out/$p" > "$out/$p-valgrind.log" 2>&1 \
+    "$out/$p" ${args[$p]:-} > "$out/$p-valgrind.log" 2>&1 \
     || { cat "$out/$p-valgrind.log" >&2; echo "valgrind: $p FAILED" >&2; exit 1; }
   echo "valgrind: $p clean"
 done

@@ -207,6 +207,12 @@ fn oom() {
 }
 
 #[test]
+fn free_in_flight() {
+    let out = own("free_in_flight");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("free_in_flight passed"));
+}
+
+#[test]
 fn threads() {
     let out = own("threads");
     assert!(String::from_utf8_lossy(&out.stdout).contains("threads passed"));
@@ -230,6 +236,13 @@ fn diff_ops() {
 #[test]
 fn diff_slice_assign() {
     differential("diff_slice_assign");
+}
+
+/// Seeded random sequences of store calls (ctests/diff_random.c): 40 of 60 calls each.
+#[test]
+fn diff_random() {
+    let out = differential("diff_random");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("diff_random: 40 seeds of 60 steps"));
 }
 
 #[test]

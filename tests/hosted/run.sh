@@ -283,7 +283,7 @@ cflags=(-std=c11 -Wall -Wextra -Werror -O1 -pthread -I include)
 with_kvstore=(-L target/release -lkvstore -Wl,-rpath,"$PWD/target/release")
 with_mxnet=("$ref" -Wl,-rpath,"$(dirname "$ref")")
 for prog in walkthrough diff_store diff_ndarray diff_ops diff_slice_assign diff_sparse diff_broadcast_sparse \
-  diff_compression diff_parsing; do
+  diff_compression diff_parsing diff_random; do
   cc "${cflags[@]}" "ctests/$prog.c" "${with_kvstore[@]}" -o "$out/${prog}_kv"
   cc "${cflags[@]}" "ctests/$prog.c" "${with_mxnet[@]}" -o "$out/${prog}_mx"
   normalise() { if [ "$prog" = diff_store ]; then sed 's/local_ctx=(3,0)/local_ctx=(1,0)/'; else cat; fi; }
