@@ -1,10 +1,11 @@
 /* Randomised differential test of the store: seeded random sequences of init, broadcast, push,
- * pull and pushpull calls (local and device stores, int and string keys, 1-4 contexts, float32,
- * float64 and int32 keys of several shapes, row_sparse pushes and row_sparse pulls, lists
- * with repeated keys,
- * pushpull in place, an updater set, replaced or absent), each pulled value printed as a hash of its bytes. The
- * runner compares the transcript of libkvstore.so with the reference libmxnet.so's line for
- * line, so any sequence on which the two stores disagree shows up with its seed and step.
+ * pull, pushpull (also in place) and row_sparse pull calls on local and device stores: int or
+ * string keys, 1-4 contexts, float32, float64 and int32 keys of several shapes, row_sparse
+ * pushes, lists naming a key several times, an updater from the start (replaced on the way)
+ * or none, 2-bit gradient compression or none. Each pulled value prints as a hash of its
+ * bytes. The runner compares the transcript of libkvstore.so with the reference libmxnet.so's
+ * line for line, so any sequence on which the two stores disagree shows up with its seed and
+ * step.
  *
  * Values are small integers, so every sum is exact whatever order a store adds in: the test is
  * about which values end up where (grouping, updater calls, in-place outputs), not rounding.
@@ -413,10 +414,13 @@ static void run_seed(uint64_t seed, int steps) {
    * key pushed with several values is the key's merge buffer itself, so an updater set later
    * gets the same array as `recv` and `local` (docs/differences.md). */
   int updated = (int)below(3) != 0;
+  /* 2-bit compression (threshold 0.5: each pushed integer becomes -0.5, 0 or 0.5 plus a
+   * residual) in a third of the stores: float32 dense keys only, as MXNet requires */
+  int compressed = below(3) == 0;
   static const int dtypes[3] = {DT_F32, DT_F64, DT_I32};
   for (int i = 0; i < w.nkeys; i++) {
     Key *k = &w.keys[i];
-    k->dtype = dtypes[below(3)];
+    k->dtype = compressed ? DT_F32 : dtypes[below(3)];
     k->id = (int)below(1000);
     for (int j = 0; j < i; j++)
       if (w.keys[j].id == k->id) { k->id += 1000 + i; }
@@ -432,7 +436,7 @@ static void run_seed(uint64_t seed, int steps) {
       k->shape[0] = len;
     }
     /* row_sparse pushes: a float32 matrix of a few rows, in a store without updater */
-    k->sparse = !updated && k->dtype == DT_F32 && below(3) == 0;
+    k->sparse = !updated && !compressed && k->dtype == DT_F32 && below(3) == 0;
     if (k->sparse) {
       k->ndim = 2;
       k->shape[0] = 2 + below(7);
@@ -441,8 +445,8 @@ static void run_seed(uint64_t seed, int steps) {
     k->len = (size_t)k->shape[0] * (k->ndim == 2 ? k->shape[1] : 1);
     k->push_values = 1 + below((uint32_t)w.ndev);
   }
-  printf("== seed %llu: '%s' store, %d contexts, %s keys:", (unsigned long long)seed, w.type, w.ndev,
-         w.string_keys ? "string" : "int");
+  printf("== seed %llu: '%s' store%s, %d contexts, %s keys:", (unsigned long long)seed, w.type,
+         compressed ? " with 2-bit compression" : "", w.ndev, w.string_keys ? "string" : "int");
   for (int i = 0; i < w.nkeys; i++) {
     const Key *k = &w.keys[i];
     printf(" %s(dtype %d, %zu, %u %svalues)", k->name, k->dtype, k->len, k->push_values, k->sparse ? "row_sparse " : "");
@@ -450,6 +454,10 @@ static void run_seed(uint64_t seed, int steps) {
   printf("\n");
   KVStoreHandle kv;
   CHECK(MXKVStoreCreate(w.type, &kv));
+  if (compressed) {
+    const char *names[2] = {"type", "threshold"}, *values[2] = {"2bit", "0.5"};
+    CHECK(MXKVStoreSetGradientCompression(kv, 2, names, values));
+  }
   w.step = -1;
   if (updated) set_updater(&w, kv);
   for (w.step = 0; w.step < steps; w.step++) {
