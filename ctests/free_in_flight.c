@@ -8,7 +8,8 @@
 
 #define BIG (1u << 20) /* 4 MiB: summed on a worker, in parallel */
 
-static void twice(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
+/* An updater that leaves the stored value as it is. */
+static void keep_stored(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
   (void)key;
   (void)user;
   CHECK(MXNDArrayFree(recv));
@@ -18,7 +19,7 @@ static void twice(int key, NDArrayHandle recv, NDArrayHandle local, void *user) 
 static void run(const char *type, uint32_t n, int devices, int with_updater) {
   KVStoreHandle kv;
   CHECK(MXKVStoreCreate(type, &kv));
-  if (with_updater) CHECK(MXKVStoreSetUpdater(kv, twice, NULL));
+  if (with_updater) CHECK(MXKVStoreSetUpdater(kv, keep_stored, NULL));
   int keys[4] = {7, 7, 7, 7};
   NDArrayHandle init = f32_filled(n, 0, 0);
   CHECK(MXKVStoreInit(kv, 1, keys, &init));

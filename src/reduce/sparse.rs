@@ -72,6 +72,18 @@ pub fn sum_rows(dtype: DType, row_bytes: usize, inputs: &[(&[i64], &[u8])]) -> R
     Ok((plan.rows, out))
 }
 
+/// The rows a row_sparse pull of row ids `wanted` (cast to int64, any order, repeated) gives
+/// from a value holding rows `stored`: the sorted unique ids, or none at all when the value
+/// holds no rows (MXNet's sparse_retain), whatever was wanted.
+pub fn retained_rows(mut wanted: Vec<i64>, stored: &[i64]) -> Vec<i64> {
+    if stored.is_empty() {
+        wanted.clear();
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    wanted
+}
+
 /// For each wanted id, its index among the stored `ids` (sorted), or -1 when not stored: the
 /// positions [`retain`] copies from.
 pub fn retain_positions(ids: &[i64], want: &[i64]) -> Result<Vec<i64>> {
@@ -137,6 +149,12 @@ mod tests {
 
     fn bytes(v: &[f32]) -> Vec<u8> {
         bytemuck::cast_slice(v).to_vec()
+    }
+
+    #[test]
+    fn retained_rows_are_sorted_unique_and_none_from_a_value_without_rows() {
+        assert_eq!(retained_rows(vec![4, 1, 4, 0], &[1, 2]), vec![0, 1, 4]);
+        assert_eq!(retained_rows(vec![4, 1], &[]), Vec::<i64>::new());
     }
 
     #[test]

@@ -366,8 +366,8 @@ fn run_pull(pull: RowSparsePull, slot: Slot, done: OpDone) {
 fn enqueue_pull(q: &mut Queue, pull: &RowSparsePull, slot: Option<Slot>, installs: &mut Vec<Target>) -> Result<()> {
     let mut downloaded = take_ids(slot)?.into_iter();
     let stored_ids = downloaded.next().unwrap_or_default();
-    // The wanted rows: the ids cast to int64, sorted, unique (as the host backend's pull).
-    let mut want = match downloaded.next() {
+    // The wanted rows: the ids cast to int64, then `sparse::retained_rows` (as the host backend's pull).
+    let want = match downloaded.next() {
         Some(ids) => ids,
         None => {
             let rid = &pull.row_ids;
@@ -376,12 +376,7 @@ fn enqueue_pull(q: &mut Queue, pull: &RowSparsePull, slot: Option<Slot>, install
             ids
         }
     };
-    want.sort_unstable();
-    want.dedup();
-    // A value without rows gives none (as the host backend's pull).
-    if stored_ids.is_empty() {
-        want.clear();
-    }
+    let want = sparse::retained_rows(want, &stored_ids);
     let positions = sparse::retain_positions(&stored_ids, &want)?;
     let install = Target::new(q, &pull.out, &want)?;
     let out = install.values;

@@ -338,18 +338,13 @@ fn run_copies(src: &NDArray, dsts: &[NDArray], threads: usize) -> Result<()> {
 }
 
 /// `out = the rows rid of stored`: row ids of any dtype and shape, cast to int64, sorted,
-/// unique; none when stored has no rows.
+/// unique (none from a value without rows: [`sparse::retained_rows`]).
 fn run_row_sparse_pull(stored: &NDArray, out: &NDArray, rid: &NDArray) -> Result<()> {
     let mut want = Buffer::zeroed(rid.size() * DType::Int64.size())?;
     rid.read_bytes(|b| crate::base::cast(rid.dtype(), b, DType::Int64, want.bytes_mut()));
-    let mut want = crate::base::buffer::try_copy(typed::<i64>(want.bytes()))?;
-    want.sort_unstable();
-    want.dedup();
+    let want = crate::base::buffer::try_copy(typed::<i64>(want.bytes()))?;
     let rows = stored.rows_now()?;
-    // MXNet's sparse_retain gives a value without rows no rows at all, not zero rows.
-    if rows.ids.is_empty() {
-        want.clear();
-    }
+    let want = sparse::retained_rows(want, &rows.ids);
     let kept = sparse::retain(stored.row_bytes(), &rows.ids, &rows.data, &want)?;
     let data = if stored.dtype() == out.dtype() {
         kept
