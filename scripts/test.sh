@@ -83,6 +83,7 @@ export KVSTORE_REQUIRE_DIST=1
 python3 -m unittest discover -s tests/launcher
 python3 -m unittest discover -s tests/setup
 scripts/dist-diff
+scripts/dist-diff --no-build -n 3 -s 2 --random 101-112
 scripts/dist-python.sh
 # Across hosts: a 4-host network test bed (scripts/testbed: namespaces, shaped links), a job
 # through kvstore-launch --launcher ssh, a slowed link, a short partition, a killed host.

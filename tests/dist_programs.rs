@@ -202,6 +202,56 @@ fn a_server_panic_fails_the_job_fast_with_the_reason() {
     assert!(took < Duration::from_secs(50), "the job took {took:?} to fail");
 }
 
+/// The workers' transcripts of one `dist_diff_random` job (`worker-<rank>.txt`, in rank
+/// order), written under a fresh directory.
+fn random_transcripts(exe: &Path, seed: &str, store: &str, env: &[&str]) -> Vec<String> {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("kvstore-random-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("make the output directory");
+    let out_setting = format!("DIST_DIFF_OUT={}", dir.display());
+    let mut settings = vec![out_setting.as_str(), "KVSTORE_DIST_CHUNK_BYTES=2048"];
+    settings.extend_from_slice(env);
+    let out = mpirun_with_env(exe, &[seed, "80", store], 1, 2, 0, 150, &settings);
+    let what = format!("dist_diff_random {seed} on {store} ({})", exe.display());
+    assert!(out.status.success(), "{what} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let transcripts: Vec<String> = (0..2)
+        .map(|rank| std::fs::read_to_string(dir.join(format!("worker-{rank}.txt"))).unwrap_or_else(|e| panic!("{what}: worker {rank}: {e}")))
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    for t in &transcripts {
+        assert!(t.trim_end().ends_with("done") && t.contains("step "), "{what}: an unfinished transcript:\n{t}");
+    }
+    transcripts
+}
+
+/// Random sequences of calls (`ctests/dist_diff_random.c`, which `scripts/dist-diff` compares
+/// with ps-lite on CPU arrays) on a dist_device_sync and a dist_sync store with every array on
+/// the CUDA stand-in's GPUs: each worker's transcript is the one its CPU run prints.
+#[test]
+fn random_sequences_on_gpu_values_print_what_cpu_values_print_on_the_cuda_standin() {
+    if !mpirun_available() {
+        return;
+    }
+    let cpu = build("dist_diff_random");
+    let gpu = compile_with("dist_diff_random", "-gpu", &["-DDEV_CPU=2"]);
+    let standin = script_output("scripts/cuda-standin.sh");
+    let nvrtc = std::env::var("KVSTORE_NVRTC_PATH").unwrap_or_else(|_| script_output("scripts/nvrtc-wheel.sh"));
+    let nvrtc_dir = Path::new(&nvrtc).parent().map(|d| d.display().to_string()).unwrap_or_default();
+    let env = [format!("LD_LIBRARY_PATH={standin}:{nvrtc_dir}"), "CUDA_STANDIN_DEVICES=4".to_string(), format!("KVSTORE_NVRTC_PATH={nvrtc}")];
+    let env: Vec<&str> = env.iter().map(String::as_str).collect();
+    for (seed, store) in [("13", "dist_device_sync"), ("14", "dist_device_sync"), ("5", "dist_device_sync"), ("3", "dist_sync")] {
+        let on_cpu = random_transcripts(&cpu, seed, store, &[]);
+        let on_gpu = random_transcripts(&gpu, seed, store, &env);
+        for (rank, (c, g)) in on_cpu.iter().zip(&on_gpu).enumerate() {
+            if c != g {
+                let line = c.lines().zip(g.lines()).position(|(a, b)| a != b).unwrap_or(0);
+                panic!("seed {seed} on {store}, worker {rank}: GPU values print otherwise from line {}:\n cpu: {}\n gpu: {}", line + 1, c.lines().nth(line).unwrap_or(""), g.lines().nth(line).unwrap_or(""));
+            }
+        }
+    }
+}
+
 /// The `hash ...` lines of a passed `dist_reproducible` job, checked to be the same on every
 /// worker; returned once.
 fn reproducible_hashes(what: &str, out: &Output, workers: usize) -> Vec<String> {

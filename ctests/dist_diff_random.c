@@ -1,0 +1,45 @@
+/* Random sequences of store calls on a dist_sync or dist_device_sync store
+ * (ctests/random_calls.h), run by scripts/dist-diff on the reference's ps-lite stores and on
+ * libkvstore's MPI stores: every worker makes the same calls in step (the same seed), pushing
+ * its draws plus its rank; each worker's transcript (every pulled value as a hash of its
+ * bytes) must be identical rank by rank. Init, broadcast, push, pull and pushpull (also in
+ * place) of dense float32 and float64 keys (MXNet's servers refuse int32 sums), row_sparse
+ * pushes and pulls, int or string keys, 1-4 contexts per worker, lists naming a key several
+ * times, keys above the bound the runner sets split over the servers, the servers' updater or
+ * none, 2-bit compression or none.
+ *
+ * MXNet's dist stores order a worker's requests to its servers by the arrays they name only:
+ * a push of one fresh CPU array does not wait for the key's earlier push or pull, so a server
+ * may count one worker's two pushes as one round's, or answer a pull with the next round's sum
+ * (kvstore_dist.h, "Start of a push doesn't guarantee that the previous pushes are
+ * completed"), and the reference's results then depend on timing, or it hangs. Built against
+ * the reference (scripts/dist-diff defines KV_REFERENCE) the program therefore waits for
+ * every call before the next; against libkvstore, which keeps each key's rounds in the order
+ * of the calls, it does not wait, and its transcript must still be the reference's.
+ *
+ * usage: dist_diff_random SEED [STEPS [TYPE]]   (default 80 steps of dist_sync) */
+#include "dist_common.h"
+#include "random_calls.h"
+
+int main(int argc, char **argv) {
+  const char *type = argc > 3 ? argv[3] : "dist_sync";
+  if (!dist_is_worker()) return run_server_role(type);
+  uint64_t seed = argc > 1 ? (uint64_t)atoll(argv[1]) : 1;
+  int steps = argc > 2 ? atoi(argv[2]) : 80;
+  KVStoreHandle kv = dist_create(type);
+  int rank, workers;
+  worker_header(kv, &rank, &workers);
+  rc_out = dist_out;
+  rc_rank = rank;
+  World w;
+  plan_sequence(&w, seed, type);
+#ifdef KV_REFERENCE
+  w.wait_each_step = 1;
+#endif
+  set_up_store(&w, kv, rank);
+  run_sequence(&w, kv, steps);
+  CHECK(MXNDArrayWaitAll());
+  CHECK(MXKVStoreFree(kv));
+  EMIT("done");
+  return 0;
+}
