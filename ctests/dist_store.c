@@ -2,7 +2,7 @@
  * DMLC_ROLE set; DMLC_NUM_WORKER set; MXNET_KVSTORE_BIGARRAY_BOUND=100 so key 9 is split over
  * the servers). argv[1] is the store name (dist_sync, dist_device_sync, ...). Checks roles,
  * ranks, init from worker 0 only, sync sums of small and big keys, a row_sparse key's init
- * and PullRowSparse, commands reaching every
+ * (refused on every worker unless it has every row) and PullRowSparse, commands reaching every
  * server's controller, a server updater installed from inside the controller, push-pull,
  * float16 with multi-precision, exact 2-bit residual sequences and the -1 errors.
  * Every process prints nothing on success except its final "ok" line. */
@@ -191,6 +191,23 @@ int main(int argc, char **argv) {
   EXPECT_RAMP(lout, large, sum);
   NDArrayHandle lall[] = {lzero, lval, lout};
   for (size_t i = 0; i < sizeof lall / sizeof lall[0]; i++) CHECK(MXNDArrayFree(lall[i]));
+
+  /* An init of some of a row_sparse key's rows is refused by worker 0 before anything is
+   * sent (MXNet's servers keep an init's rows as the key's first rows and answer pulls of the
+   * others from past them), and so on every worker: none keeps the key, all go on in step. */
+  int kpart = 12;
+  const int64_t some_ids[2] = {1, 7};
+  NDArrayHandle rsome = rsp_value(2, some_ids, 2.5f);
+  EXPECT(MXKVStoreInit(kv, 1, &kpart, &rsome) == -1);
+  if (rank == 0) {
+    EXPECT(strstr(MXGetLastError(), "has 2 of the 8 rows") != NULL);
+    EXPECT(strstr(MXGetLastError(), "inited with every row") != NULL);
+  } else {
+    EXPECT(strstr(MXGetLastError(), "worker 0 refused this init") != NULL);
+  }
+  EXPECT(MXKVStorePush(kv, 1, &kpart, &rsome, 0) == -1);
+  EXPECT(strstr(MXGetLastError(), "12") != NULL);
+  CHECK(MXNDArrayFree(rsome));
 
   /* row_sparse (on the program's context: GPUs in the -DDEV_CPU=2 build): init from worker
    * 0 with every row (as MXNet's servers expect), then PullRowSparse of rows {7, 1, 7} (the

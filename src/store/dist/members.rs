@@ -7,6 +7,7 @@
 //! worker has joined and arrived. A worker barrier also checks that its workers placed their
 //! keys alike: each brings the fingerprint of its placement ([`super::shard::Balance`]).
 
+use super::wire::INIT_REFUSED;
 use crate::error::Result;
 
 /// A request waiting at a barrier: (world rank, request id).
@@ -115,8 +116,12 @@ impl Members {
         out
     }
 
-    /// Why the workers at the barrier cannot go on, if they placed their keys differently.
+    /// Why the workers at the barrier cannot go on, if worker 0 refused the init before it or
+    /// they placed their keys differently.
     fn disagreement(&self) -> Option<String> {
+        if self.placed.contains(&INIT_REFUSED) {
+            return Some("worker 0 refused this init (its own error says why): no worker initialised the call's keys".to_string());
+        }
         if self.placed.iter().all(|&p| p == self.placed[0]) {
             return None;
         }
@@ -209,5 +214,19 @@ mod tests {
         m.join(4).unwrap();
         assert!(ok(m.barrier(2, 16, false, 0xdd)).is_empty());
         assert_eq!(ok(m.barrier(3, 17, false, 0xdd)), vec![(2, 16), (3, 17)]);
+    }
+
+    #[test]
+    fn a_barrier_after_an_init_worker_0_refused_refuses_every_worker_and_the_next_starts_afresh() {
+        let mut m = Members::new(vec![2, 3]);
+        assert!(ok(m.barrier(3, 10, false, 0xaa)).is_empty());
+        let released = m.barrier(2, 11, false, INIT_REFUSED).unwrap();
+        assert_eq!(released.len(), 2);
+        for (_, refused) in &released {
+            let e = refused.as_deref().expect("every waiter is refused");
+            assert!(e.contains("worker 0 refused this init"), "{e}");
+        }
+        assert!(ok(m.barrier(2, 12, false, 0xaa)).is_empty());
+        assert_eq!(ok(m.barrier(3, 13, false, 0xaa)), vec![(2, 12), (3, 13)]);
     }
 }

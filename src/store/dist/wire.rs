@@ -47,9 +47,13 @@ pub enum Msg<'a> {
     /// Worker to server 0: a worker barrier (`exit`: the exit barrier, after `Join`); the
     /// reply comes when the barrier is released.
     /// `placed`: the worker's key-placement fingerprint, which every worker at a barrier
-    /// must share (0: unchecked).
+    /// must share (0: unchecked; [`INIT_REFUSED`]: worker 0 refused the init before it).
     Barrier { req: u64, exit: bool, placed: u64 },
 }
+
+/// The `placed` of worker 0 at the barrier of an init it refused (or could not send): every
+/// worker's init then fails there, and none keeps the call's keys.
+pub const INIT_REFUSED: u64 = u64::MAX;
 
 const PUSH: u8 = 1;
 const PULL: u8 = 2;

@@ -774,9 +774,10 @@ impl Worker {
         KeyParts { dtype: value.dtype(), parts, residual, row_parts: Vec::new() }
     }
 
-    /// Worker 0's init: every row_sparse value has rows in each server's part (MXNet's
-    /// servers abort on an init that gives them none), then every value is sent and
-    /// answered.
+    /// Worker 0's init: every row_sparse value has every row of each server's part (MXNet's
+    /// servers abort on an init that gives them no rows, and keep an init's rows as the
+    /// part's first rows, so that pushes and pulls of the others miss), then every value is
+    /// sent and answered.
     fn send_inits(&self, inits: &[(i32, NDArray, NDArray)], shards: &[KeyParts]) -> Result<()> {
         for ((id, v, _), k) in inits.iter().zip(shards) {
             if !k.sparse() {
@@ -784,9 +785,18 @@ impl Worker {
             }
             let have = engine().run_sync(&[v.var()], &[], || v.rows_now().map(|r| r.ids))??;
             for p in &k.row_parts {
+                let got = have.iter().filter(|&&r| r >= p.start as i64 && r < (p.start + p.rows) as i64).count();
                 crate::ensure!(
-                    have.iter().any(|&r| r >= p.start as i64 && r < (p.start + p.rows) as i64),
+                    got > 0,
                     "row_sparse key {id}: the init value has no rows in rows {}..{} (server {}'s part); distributed stores need every part inited with rows",
+                    p.start,
+                    p.start + p.rows,
+                    p.server
+                );
+                crate::ensure!(
+                    got == p.rows,
+                    "row_sparse key {id}: the init value has {got} of the {} rows {}..{} (server {}'s part); a distributed store's row_sparse key is inited with every row (zero rows included)",
+                    p.rows,
                     p.start,
                     p.start + p.rows,
                     p.server
@@ -844,14 +854,15 @@ impl Worker {
 
 impl Servers for Worker {
     /// Worker 0 sends the values, as MXNet's `InitImpl`; then a barrier of all workers,
-    /// reached even when worker 0's init failed (the others wait there), where server 0
-    /// checks that every worker placed the keys alike.
+    /// reached even when worker 0's init failed (the others wait there, and then fail too),
+    /// where server 0 checks that every worker placed the keys alike.
     fn init(&self, inits: &[(i32, NDArray, NDArray)], compression: Option<GradientCompression>) -> Result<()> {
         let mut shards: Vec<KeyParts> = inits.iter().map(|(id, v, _)| self.shard(*id, v, compression)).collect();
         let mut balance = self.state.lock().balance.clone();
         self.place(&mut balance, inits, &mut shards);
         let sent = if self.rank == 0 { self.send_inits(inits, &shards) } else { Ok(()) };
-        let reached = self.barrier_at_server(false, balance.fingerprint());
+        let placed = if sent.is_ok() { balance.fingerprint() } else { wire::INIT_REFUSED };
+        let reached = self.barrier_at_server(false, placed);
         sent.and(reached)?;
         let mut state = self.state.lock();
         state.balance = balance;
