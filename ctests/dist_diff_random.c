@@ -1,4 +1,4 @@
-/* Random sequences of store calls on a dist_sync or dist_device_sync store
+/* Random sequences of store calls on a dist_sync, dist_device_sync or dist_async store
  * (ctests/random_calls.h), run by scripts/dist-diff on the reference's ps-lite stores and on
  * libkvstore's MPI stores: every worker makes the same calls in step (the same seed), pushing
  * its draws plus its rank; each worker's transcript (every pulled value as a hash of its
@@ -6,7 +6,8 @@
  * place) of dense float32 and float64 keys (MXNet's servers refuse int32 sums), row_sparse
  * pushes and pulls, int or string keys, 1-4 contexts per worker, lists naming a key several
  * times, keys above the bound the runner sets split over the servers, the servers' updater or
- * none, 2-bit compression or none.
+ * none (always on dist_async, where every worker ends each call at a barrier and push-pulls
+ * are pushes), 2-bit compression or none.
  *
  * MXNet's dist stores order a worker's requests to its servers by the arrays they name only:
  * a push of one fresh CPU array does not wait for the key's earlier push or pull, so a server
@@ -36,6 +37,10 @@ int main(int argc, char **argv) {
 #ifdef KV_REFERENCE
   w.wait_each_step = 1;
 #endif
+  /* dist_async applies each push when it arrives: every worker finishes a call before any
+   * starts the next, so that a pull sees every push before it and none after; the servers'
+   * updater adds integers, exact in any order */
+  w.barrier_each_step = strcmp(type, "dist_async") == 0;
   set_up_store(&w, kv, rank);
   run_sequence(&w, kv, steps);
   CHECK(MXNDArrayWaitAll());

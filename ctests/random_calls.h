@@ -1,8 +1,8 @@
 /* Random sequences of store calls, shared by ctests/diff_random.c (local and device stores,
- * against libmxnet.so) and ctests/dist_diff_random.c (dist_sync and dist_device_sync, against
- * ps-lite): a seed gives the store's settings, its keys and a sequence of calls; every pulled
- * value is printed to rc_out as a hash of its bytes, so two libraries' transcripts compare
- * line for line.
+ * against libmxnet.so) and ctests/dist_diff_random.c (the dist stores, against ps-lite): a
+ * seed gives the store's settings, its keys and a sequence of calls; every pulled value is
+ * printed to rc_out as a hash of its bytes, so two libraries' transcripts compare line for
+ * line.
  *
  * Values are small integers, so every sum is exact whatever order a store adds in: the
  * sequences are about which values end up where (grouping, updater calls, in-place outputs),
@@ -59,6 +59,7 @@ typedef struct {
   int compressed; /* 2-bit gradient compression */
   int server_updater; /* distributed: the servers' updater, stored += 2 * round's sum */
   int wait_each_step; /* MXNDArrayWaitAll after every call (dist_diff_random.c) */
+  int barrier_each_step; /* and MXKVStoreBarrier (dist_async: no pushes in flight during a pull) */
 } World;
 
 static uint64_t fnv1a(const unsigned char *p, size_t n) {
@@ -331,6 +332,8 @@ static void step_push_pull(World *w, KVStoreHandle kv, int kind) {
     for (int i = 0; i < n; i++)
       if (w->keys[idx[i]].sparse) kind = 0;
     if (w->compressed) kind %= 2;
+    /* dist_async: a push-pull's pull would race the other workers' pushes */
+    if (w->barrier_each_step && kind >= 2) kind = 0;
   }
   int lk[RC_MAX_LIST], ok[RC_MAX_LIST], ids[RC_MAX_LIST], oids[RC_MAX_LIST];
   const char *names[RC_MAX_LIST], *onames[RC_MAX_LIST];
@@ -445,8 +448,9 @@ static void plan_sequence(World *w_out, uint64_t seed, const char *dist_type) {
    * key pushed with several values is the key's merge buffer itself, so an updater set later
    * gets the same array as `recv` and `local` (docs/differences.md). */
   int updated = (int)below(3) != 0;
-  /* a distributed worker's updater is not called: the servers' is, and it is set once */
-  int server_updater = updated && dist_type;
+  /* a distributed worker's updater is not called: the servers' is, and it is set once
+   * (dist_async needs one) */
+  int server_updater = (updated && dist_type) || (dist_type && strcmp(dist_type, "dist_async") == 0);
   if (dist_type) updated = 0;
   /* 2-bit compression (threshold 0.5: each pushed integer becomes -0.5, 0 or 0.5 plus a
    * residual) in a third of the stores: float32 dense keys only, as MXNet requires */
@@ -523,7 +527,8 @@ static void run_sequence(World *w_in, KVStoreHandle kv, int steps) {
       if (kind == 8) step_row_sparse_pull(&w, kv);
       else step_push_pull(&w, kv, (int)(kind % 4));
     }
-    if (w.wait_each_step) CHECK(MXNDArrayWaitAll());
+    if (w.wait_each_step || w.barrier_each_step) CHECK(MXNDArrayWaitAll());
+    if (w.barrier_each_step) CHECK(MXKVStoreBarrier(kv));
   }
   *w_in = w;
 }
