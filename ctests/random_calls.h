@@ -48,7 +48,7 @@ typedef struct {
   int id;
 } Key;
 
-typedef struct {
+typedef struct World {
   Key keys[RC_MAX_KEYS];
   int nkeys;
   int ndev;
@@ -58,6 +58,8 @@ typedef struct {
   int updated;    /* an updater from the start */
   int compressed; /* 2-bit gradient compression */
   int server_updater; /* distributed: the servers' updater, stored += 2 * round's sum */
+  /* called before every step when set (diff_random.c's calls that must fail) */
+  void (*before_step)(struct World *w, KVStoreHandle kv);
   int wait_each_step; /* MXNDArrayWaitAll after every call (dist_diff_random.c) */
   int barrier_each_step; /* and MXKVStoreBarrier (dist_async: no pushes in flight during a pull) */
 } World;
@@ -517,6 +519,7 @@ static void run_sequence(World *w_in, KVStoreHandle kv, int steps) {
   w.step = -1;
   if (w.updated) set_updater(&w, kv);
   for (w.step = 0; w.step < steps; w.step++) {
+    if (w.before_step) w.before_step(&w, kv);
     uint32_t r = below(100);
     if (r < 12) {
       step_init(&w, kv, below(3) == 0);

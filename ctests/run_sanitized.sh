@@ -11,7 +11,7 @@ out="$PWD/target/ctests-sanitized"
 mkdir -p "$out"
 programs=(walkthrough diff_store diff_dtypes diff_ndarray diff_compression diff_sparse diff_ops diff_broadcast_sparse diff_parsing diff_random bad_input row_ids threads teardown async_error profiler aliasing free_in_flight cross_store half_applied fork oom)
 # Arguments where a program's full run would take minutes under the sanitizers.
-declare -A args=([diff_random]="8 40")
+declare -A args=([diff_random]="8 40 1 bad")
 
 for p in "${programs[@]}"; do
   cc -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \

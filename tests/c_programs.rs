@@ -245,6 +245,34 @@ fn diff_random() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("diff_random: 40 seeds of 60 steps"));
 }
 
+/// The same sequences with calls the store must refuse before a third of their steps (wrong
+/// shapes and dtypes, keys never initialised, keys of the other type, a second init, freed
+/// and NULL arrays, a store handle for an array, a push-pull into a wrong output, bad
+/// row_sparse pulls): each answers -1 (the program checks, and that pull outputs keep their
+/// values), and the rest of the transcript is the one without them, so none changed the
+/// store. MXNet answers 0 to some of them (a push of another shape) and crashes on others.
+#[test]
+fn random_calls_that_must_fail_change_nothing() {
+    let exe = build("diff_random", &lib_dir(), "kv");
+    let plain = Command::new(&exe).args(["40", "60", "1"]).output().expect("run diff_random");
+    assert_passed("diff_random", "libkvstore.so", &plain);
+    let with_bad = Command::new(&exe).args(["40", "60", "1", "bad"]).output().expect("run diff_random bad");
+    assert_passed("diff_random bad", "libkvstore.so", &with_bad);
+    let text = String::from_utf8_lossy(&with_bad.stdout);
+    let bad: Vec<&str> = text.lines().filter(|l| l.starts_with("bad ")).collect();
+    assert!(bad.len() > 500 && bad.iter().all(|l| l.ends_with(": -1")), "{} refused calls:\n{}", bad.len(), bad.join("\n"));
+    for why in ["another shape", "never initialised", "the other type", "a second init", "already freed", "a NULL array", "push-pull into", "another dtype", "a store handle"] {
+        assert!(bad.iter().any(|l| l.contains(why)), "no call with {why}");
+    }
+    let rest: Vec<&str> = text.lines().filter(|l| !l.starts_with("bad ")).collect();
+    let plain_text = String::from_utf8_lossy(&plain.stdout);
+    let want: Vec<&str> = plain_text.lines().collect();
+    if let Some(i) = rest.iter().zip(&want).position(|(a, b)| a != b) {
+        panic!("after refused calls the sequence printed otherwise at its line {}:\n with: {}\n without: {}", i + 1, rest[i], want[i]);
+    }
+    assert_eq!(rest.len(), want.len());
+}
+
 #[test]
 fn diff_broadcast_sparse() {
     differential("diff_broadcast_sparse");

@@ -149,7 +149,8 @@ fn c_programs_on_gpu_arrays_under_asan_match_their_cpu_runs() {
     // Not here: diff_ndarray reads GetData's pointer on the host (a crash on a GPU, as it
     // should be); diff_store pulls into outputs of another dtype across devices, which MXNet
     // refuses on GPUs.
-    // diff_random: 12 of its random sequences (the stand-in runs every kernel on the host).
+    // diff_random: 12 of its random sequences, with calls that must fail (the stand-in runs
+    // every kernel on the host).
     let programs: [(&str, &[&str]); 10] = [
         ("walkthrough", &[]),
         ("diff_dtypes", &[]),
@@ -159,7 +160,7 @@ fn c_programs_on_gpu_arrays_under_asan_match_their_cpu_runs() {
         ("diff_broadcast_sparse", &[]),
         ("diff_compression", &[]),
         ("diff_parsing", &[]),
-        ("diff_random", &["12", "40"]),
+        ("diff_random", &["12", "40", "1", "bad"]),
         ("row_ids", &[]),
     ];
     let asan = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"];
