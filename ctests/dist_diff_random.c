@@ -18,9 +18,16 @@
  * every call before the next; against libkvstore, which keeps each key's rounds in the order
  * of the calls, it does not wait, and its transcript must still be the reference's.
  *
- * usage: dist_diff_random SEED [STEPS [TYPE]]   (default 80 steps of dist_sync) */
+ * With `bad`, libkvstore's build makes calls the store must refuse between the steps
+ * (ctests/bad_calls.h), logged to stderr: its transcript must still be the reference's, which
+ * makes none.
+ *
+ * usage: dist_diff_random SEED [STEPS [TYPE [bad]]]   (default 80 steps of dist_sync) */
 #include "dist_common.h"
 #include "random_calls.h"
+#ifndef KV_REFERENCE
+#include "bad_calls.h"
+#endif
 
 int main(int argc, char **argv) {
   const char *type = argc > 3 ? argv[3] : "dist_sync";
@@ -41,8 +48,24 @@ int main(int argc, char **argv) {
    * starts the next, so that a pull sees every push before it and none after; the servers'
    * updater adds integers, exact in any order */
   w.barrier_each_step = strcmp(type, "dist_async") == 0;
+  int bad = argc > 4 && strcmp(argv[4], "bad") == 0;
+#ifdef KV_REFERENCE
+  (void)bad;
+#else
+  if (bad) {
+    bad_state = seed * 0xD1B54A32D192ED03ULL + 7;
+    bad_log = stderr;
+    w.before_step = bad_call;
+  }
+#endif
   set_up_store(&w, kv, rank);
   run_sequence(&w, kv, steps);
+#ifndef KV_REFERENCE
+  if (bad) {
+    fprintf(stderr, "worker %d: %d calls refused\n", rank, bad_calls_made);
+    EXPECT(bad_calls_made > 0);
+  }
+#endif
   CHECK(MXNDArrayWaitAll());
   CHECK(MXKVStoreFree(kv));
   EMIT("done");
