@@ -132,6 +132,15 @@ fn script_output(script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string()
 }
 
+/// The settings that put `devices` CUDA stand-in GPUs (scripts/cuda-standin.sh) and NVRTC
+/// under every process of a job.
+fn standin_env(devices: usize) -> Vec<String> {
+    let standin = script_output("scripts/cuda-standin.sh");
+    let nvrtc = std::env::var("KVSTORE_NVRTC_PATH").unwrap_or_else(|_| script_output("scripts/nvrtc-wheel.sh"));
+    let nvrtc_dir = Path::new(&nvrtc).parent().map(|d| d.display().to_string()).unwrap_or_default();
+    vec![format!("LD_LIBRARY_PATH={standin}:{nvrtc_dir}"), format!("CUDA_STANDIN_DEVICES={devices}"), format!("KVSTORE_NVRTC_PATH={nvrtc}")]
+}
+
 #[test]
 fn dist_device_sync_with_gpu_values_on_the_cuda_standin() {
     if !mpirun_available() {
@@ -139,10 +148,7 @@ fn dist_device_sync_with_gpu_values_on_the_cuda_standin() {
     }
     // Every array of the program on gpu(i), three stand-in GPUs per process (docs/gpu.md).
     let exe = compile_with("dist_store", "-gpu", &["-DDEV_CPU=2"]);
-    let standin = script_output("scripts/cuda-standin.sh");
-    let nvrtc = std::env::var("KVSTORE_NVRTC_PATH").unwrap_or_else(|_| script_output("scripts/nvrtc-wheel.sh"));
-    let nvrtc_dir = Path::new(&nvrtc).parent().map(|d| d.display().to_string()).unwrap_or_default();
-    let env = [format!("LD_LIBRARY_PATH={standin}:{nvrtc_dir}"), "CUDA_STANDIN_DEVICES=3".to_string(), format!("KVSTORE_NVRTC_PATH={nvrtc}")];
+    let env = standin_env(3);
     let env: Vec<&str> = env.iter().map(String::as_str).collect();
     let out = mpirun_with_env(&exe, &["dist_device_sync"], 1, 3, 0, 150, &env);
     assert_job_passed("dist_device_sync with GPU values, 1 server 3 workers", &out, 4);
@@ -235,10 +241,7 @@ fn random_sequences_on_gpu_values_print_what_cpu_values_print_on_the_cuda_standi
     }
     let cpu = build("dist_diff_random");
     let gpu = compile_with("dist_diff_random", "-gpu", &["-DDEV_CPU=2"]);
-    let standin = script_output("scripts/cuda-standin.sh");
-    let nvrtc = std::env::var("KVSTORE_NVRTC_PATH").unwrap_or_else(|_| script_output("scripts/nvrtc-wheel.sh"));
-    let nvrtc_dir = Path::new(&nvrtc).parent().map(|d| d.display().to_string()).unwrap_or_default();
-    let env = [format!("LD_LIBRARY_PATH={standin}:{nvrtc_dir}"), "CUDA_STANDIN_DEVICES=4".to_string(), format!("KVSTORE_NVRTC_PATH={nvrtc}")];
+    let env = standin_env(4);
     let env: Vec<&str> = env.iter().map(String::as_str).collect();
     for (seed, store) in [("13", "dist_device_sync"), ("14", "dist_device_sync"), ("5", "dist_device_sync"), ("3", "dist_sync")] {
         let on_cpu = random_transcripts(&cpu, seed, store, &[]);
