@@ -9,7 +9,11 @@
  * the steps (bad_call below; libkvstore only): the transcript without their lines must be the
  * one without them.
  *
- * usage: diff_random [SEEDS [STEPS [FIRST_SEED [bad]]]]   (defaults: 40 seeds of 60 steps, from 1) */
+ * With `per-device`, every key's values and outputs are one per context (the layout of an
+ * nccl store's fixed device set); with `nccl`, the same on nccl stores.
+ *
+ * usage: diff_random [SEEDS [STEPS [FIRST_SEED [bad|per-device|nccl]]]]
+ *        (defaults: 40 seeds of 60 steps, from 1) */
 #include "random_calls.h"
 
 #include "bad_calls.h"
@@ -35,7 +39,12 @@ int main(int argc, char **argv) {
   int seeds = argc > 1 ? atoi(argv[1]) : 40;
   int steps = argc > 2 ? atoi(argv[2]) : 60;
   int first = argc > 3 ? atoi(argv[3]) : 1;
-  with_bad_calls = argc > 4 && strcmp(argv[4], "bad") == 0;
+  const char *mode = argc > 4 ? argv[4] : "";
+  with_bad_calls = strcmp(mode, "bad") == 0;
+  /* `nccl`: nccl stores; `per-device`: the local and device stores they are compared with;
+   * both with every key's values and outputs one per context */
+  rc_one_per_device = strcmp(mode, "nccl") == 0 || strcmp(mode, "per-device") == 0;
+  if (strcmp(mode, "nccl") == 0) rc_store_type = "nccl";
   for (int s = first; s < first + seeds; s++) run_seed((uint64_t)s, steps);
   printf("diff_random: %d seeds of %d steps\n", seeds, steps);
   return 0;

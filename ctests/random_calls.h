@@ -18,6 +18,12 @@
  * values it pushes. */
 static FILE *rc_out;
 static int rc_rank;
+/* When set before plan_sequence: every key's values and outputs one per context, context c
+ * holding the c-th (the layout an `nccl` store takes once its device set is fixed), dense
+ * keys, no compression. */
+static int rc_one_per_device;
+/* When set: the store type of a local sequence, in place of the drawn local or device. */
+static const char *rc_store_type;
 #define OUT(...) fprintf(rc_out ? rc_out : stdout, __VA_ARGS__)
 
 #define RC_MAX_KEYS 8
@@ -62,6 +68,7 @@ typedef struct World {
   void (*before_step)(struct World *w, KVStoreHandle kv);
   int wait_each_step; /* MXNDArrayWaitAll after every call (dist_diff_random.c) */
   int barrier_each_step; /* and MXKVStoreBarrier (dist_async: no pushes in flight during a pull) */
+  int one_per_device;    /* rc_one_per_device */
 } World;
 
 static uint64_t fnv1a(const unsigned char *p, size_t n) {
@@ -252,15 +259,17 @@ static void step_init(World *w, KVStoreHandle kv, int broadcast) {
     if (w->string_keys) CHECK(MXKVStoreInitEx(kv, (mx_uint)n, names, vals));
     else CHECK(MXKVStoreInit(kv, (mx_uint)n, ids, vals));
   } else {
-    /* one output per key, or two for the first key */
-    NDArrayHandle outs[RC_MAX_KEYS + 1];
-    int oids[RC_MAX_KEYS + 1];
-    const char *onames[RC_MAX_KEYS + 1];
+    /* one output per key, or two for the first key (one per context with one_per_device) */
+    NDArrayHandle outs[RC_MAX_KEYS * RC_MAX_DEVS];
+    int oids[RC_MAX_KEYS * RC_MAX_DEVS];
+    const char *onames[RC_MAX_KEYS * RC_MAX_DEVS];
     int no = 0;
     for (int i = 0; i < n; i++) {
       int copies = i == 0 ? 1 + (int)below(2) : 1;
+      if (w->one_per_device) copies = w->ndev;
       for (int c = 0; c < copies; c++) {
-        outs[no] = random_value(&w->keys[idx[i]], (int)below((uint32_t)w->ndev), 0, 0);
+        int dev = (int)below((uint32_t)w->ndev);
+        outs[no] = random_value(&w->keys[idx[i]], w->one_per_device ? c : dev, 0, 0);
         oids[no] = ids[i];
         onames[no] = names[i];
         no++;
@@ -300,7 +309,9 @@ static int push_list(World *w, int n, const int *idx, int *lk, NDArrayHandle *va
     Key *k = &w->keys[idx[i]];
     for (uint32_t c = 0; c < k->push_values && m < RC_MAX_LIST; c++) {
       lk[m] = idx[i];
-      vals[m] = k->sparse ? random_rows(k, (int)below((uint32_t)w->ndev), 0) : random_value(k, (int)below((uint32_t)w->ndev), -4, 4);
+      int dev = (int)below((uint32_t)w->ndev);
+      if (w->one_per_device) dev = (int)c;
+      vals[m] = k->sparse ? random_rows(k, dev, 0) : random_value(k, dev, -4, 4);
       m++;
     }
   }
@@ -313,9 +324,11 @@ static int pull_list(World *w, int n, const int *idx, int *lk, NDArrayHandle *ou
   int m = 0;
   for (int i = 0; i < n; i++) {
     int copies = 1 + (int)below(3);
+    if (w->one_per_device) copies = w->ndev;
     for (int c = 0; c < copies && m < RC_MAX_LIST; c++) {
       lk[m] = idx[i];
-      outs[m] = random_value(&w->keys[idx[i]], (int)below((uint32_t)w->ndev), 0, 0);
+      int dev = (int)below((uint32_t)w->ndev);
+      outs[m] = random_value(&w->keys[idx[i]], w->one_per_device ? c : dev, 0, 0);
       m++;
     }
   }
@@ -442,6 +455,7 @@ static void plan_sequence(World *w_out, uint64_t seed, const char *dist_type) {
   World w;
   memset(&w, 0, sizeof w);
   w.type = below(2) ? "device" : "local";
+  if (rc_store_type) w.type = rc_store_type;
   if (dist_type) w.type = dist_type;
   w.ndev = 1 + (int)below(RC_MAX_DEVS);
   w.string_keys = (int)below(2);
@@ -456,7 +470,7 @@ static void plan_sequence(World *w_out, uint64_t seed, const char *dist_type) {
   if (dist_type) updated = 0;
   /* 2-bit compression (threshold 0.5: each pushed integer becomes -0.5, 0 or 0.5 plus a
    * residual) in a third of the stores: float32 dense keys only, as MXNet requires */
-  int compressed = below(3) == 0;
+  int compressed = below(3) == 0 && !rc_one_per_device;
   static const int dtypes[3] = {DT_F32, DT_F64, DT_I32};
   for (int i = 0; i < w.nkeys; i++) {
     Key *k = &w.keys[i];
@@ -479,7 +493,7 @@ static void plan_sequence(World *w_out, uint64_t seed, const char *dist_type) {
       k->shape[0] = len;
     }
     /* row_sparse pushes: a float32 matrix of a few rows, in a store without updater */
-    k->sparse = !updated && !compressed && k->dtype == DT_F32 && below(3) == 0;
+    k->sparse = !updated && !compressed && k->dtype == DT_F32 && below(3) == 0 && !rc_one_per_device;
     if (k->sparse) {
       k->ndim = 2;
       k->shape[0] = 2 + below(7);
@@ -487,10 +501,11 @@ static void plan_sequence(World *w_out, uint64_t seed, const char *dist_type) {
     }
     k->len = (size_t)k->shape[0] * (k->ndim == 2 ? k->shape[1] : 1);
     k->push_values = 1 + below((uint32_t)w.ndev);
+    if (rc_one_per_device) k->push_values = (uint32_t)w.ndev;
   }
-  OUT("== seed %llu: '%s' store%s%s, %d contexts, %s keys:", (unsigned long long)seed, w.type,
+  OUT("== seed %llu: '%s' store%s%s, %d contexts%s, %s keys:", (unsigned long long)seed, w.type,
          compressed ? " with 2-bit compression" : "", server_updater ? " with the servers' updater" : "",
-         w.ndev, w.string_keys ? "string" : "int");
+         w.ndev, rc_one_per_device ? " (a value per context)" : "", w.string_keys ? "string" : "int");
   for (int i = 0; i < w.nkeys; i++) {
     const Key *k = &w.keys[i];
     OUT(" %s(dtype %d, %zu, %u %svalues)", k->name, k->dtype, k->len, k->push_values, k->sparse ? "row_sparse " : "");
@@ -499,6 +514,7 @@ static void plan_sequence(World *w_out, uint64_t seed, const char *dist_type) {
   w.updated = updated;
   w.compressed = compressed;
   w.server_updater = server_updater;
+  w.one_per_device = rc_one_per_device;
   *w_out = w;
 }
 

@@ -28,12 +28,18 @@ fn build(name: &str, library: &Path, suffix: &str) -> PathBuf {
     build_source(&root().join("ctests").join(format!("{name}.c")), library, suffix)
 }
 
-/// Compiles the C program `source` as [`build`] does.
+/// Compiles the C program `source` as [`build`] does, once per test run: tests run in
+/// parallel, and one must not write a program another is running.
 fn build_source(source: &Path, library: &Path, suffix: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
     let name = source.file_stem().unwrap().to_string_lossy();
     let out_dir = lib_dir().join("ctests");
     std::fs::create_dir_all(&out_dir).unwrap();
     let exe = out_dir.join(format!("{name}_{suffix}"));
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.contains(&exe) {
+        return exe;
+    }
     let mut cc = Command::new("cc");
     cc.args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O1", "-g", "-pthread", "-I"])
         .arg(root().join("include"))
@@ -49,11 +55,16 @@ fn build_source(source: &Path, library: &Path, suffix: &str) -> PathBuf {
     }
     let out = cc.output().expect("run cc");
     assert!(out.status.success(), "compiling {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    built.push(exe.clone());
     exe
 }
 
 fn run(exe: &Path) -> Output {
-    Command::new(exe).env_remove("DMLC_ROLE").output().expect("run the C program")
+    run_with(exe, &[])
+}
+
+fn run_with(exe: &Path, args: &[&str]) -> Output {
+    Command::new(exe).args(args).env_remove("DMLC_ROLE").output().expect("run the C program")
 }
 
 fn assert_passed(name: &str, which: &str, out: &Output) {
@@ -76,9 +87,15 @@ fn own(name: &str) -> Output {
 /// Runs a program against both libraries and compares their stdout line by line; returns
 /// libkvstore.so's run.
 fn differential(name: &str) -> Output {
-    let ours = own(name);
+    differential_with(name, &[])
+}
+
+/// [`differential`] with arguments for the program.
+fn differential_with(name: &str, args: &[&str]) -> Output {
+    let ours = run_with(&build(name, &lib_dir(), "kv"), args);
+    assert_passed(name, "libkvstore.so", &ours);
     let Some(reference) = reference_library() else { return ours };
-    let theirs = run(&build(name, &reference, "mx"));
+    let theirs = run_with(&build(name, &reference, "mx"), args);
     assert_passed(name, "the reference libmxnet.so", &theirs);
     let (a, b) = (String::from_utf8_lossy(&theirs.stdout), String::from_utf8_lossy(&ours.stdout));
     let diffs: Vec<String> = a
@@ -271,6 +288,14 @@ fn random_calls_that_must_fail_change_nothing() {
         panic!("after refused calls the sequence printed otherwise at its line {}:\n with: {}\n without: {}", i + 1, rest[i], want[i]);
     }
     assert_eq!(rest.len(), want.len());
+}
+
+/// Random sequences with every key's values and outputs one per context (the layout
+/// `gpu_standin` runs on the `nccl` store): 30 of 60 calls.
+#[test]
+fn diff_random_a_value_per_context() {
+    let out = differential_with("diff_random", &["30", "60", "1", "per-device"]);
+    assert!(String::from_utf8_lossy(&out.stdout).matches("(a value per context)").count() == 30);
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //!   across devices aside); the stand-in's device pointers fault on any host read;
 //! - `ctests/gpu_nccl.c` on 1, 2 and 4 devices: the `nccl` store's results equal the `device`
 //!   store's bit for bit, its sums land on the device set's root, and each of its refusals
-//!   answers -1 with its message and leaves the store as it was;
+//!   answers -1 with its message and leaves the store as it was; random sequences of calls
+//!   on the `nccl` store print what the CPU stores print;
 //! - faults (`CUDA_STANDIN_FAIL`): out of device memory at the call (a create) or at the next
 //!   wait (an op's scratch), a faulting kernel or copy reported at the next wait on what it
 //!   wrote, other work intact;
@@ -176,6 +177,29 @@ fn c_programs_on_gpu_arrays_under_asan_match_their_cpu_runs() {
         for (i, (cl, gl)) in c.lines().zip(g.lines()).enumerate() {
             assert!(as_cpu_line(cl, gl).is_some(), "{name} line {}:\n  cpu arrays: {cl}\n  gpu arrays: {gl}", i + 1);
         }
+    }
+}
+
+/// Random sequences (`ctests/diff_random.c`) with every key's values and outputs one per
+/// GPU, the layout an `nccl` store takes once its device set is fixed: the `nccl` store on 4
+/// stand-in GPUs (under ASan) prints what the `local` and `device` stores print on CPU
+/// arrays with the same layout (which `c_programs` compares with libmxnet.so), the store's
+/// name in the header aside.
+#[test]
+fn nccl_store_random_sequences_print_what_the_cpu_stores_print() {
+    let asan = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"];
+    let cpu_exe = build("diff_random", "devcpu", &["-DDEV_CPU=1", "-lm"]);
+    let gpu_exe = build("diff_random", "devgpu_asan", &[&["-DDEV_CPU=2", "-lm"][..], &asan[..]].concat());
+    let cpu = run(&cpu_exe, &["12", "60", "1", "per-device"], 4, &[]);
+    assert_ok("diff_random per-device on cpu arrays", &cpu);
+    let gpu = run(&gpu_exe, &["12", "60", "1", "nccl"], 4, &[("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")]);
+    assert_ok("diff_random on the nccl store (ASan)", &gpu);
+    let (c, g) = (text(&cpu), text(&gpu));
+    assert_eq!(g.matches("'nccl' store").count(), 12, "every sequence on the nccl store");
+    assert_eq!(c.lines().count(), g.lines().count(), "line counts differ");
+    for (i, (cl, gl)) in c.lines().zip(g.lines()).enumerate() {
+        let gl = gl.replace("'nccl' store", if cl.contains("'local' store") { "'local' store" } else { "'device' store" });
+        assert_eq!(cl, gl, "line {}", i + 1);
     }
 }
 
