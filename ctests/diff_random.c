@@ -10,9 +10,10 @@
  * one without them.
  *
  * With `per-device`, every key's values and outputs are one per context (the layout of an
- * nccl store's fixed device set); with `nccl`, the same on nccl stores.
+ * nccl store's fixed device set); with `nccl`, the same on nccl stores. `bad-live` makes only
+ * the refused calls whose array handles are live arrays (for hosted mode).
  *
- * usage: diff_random [SEEDS [STEPS [FIRST_SEED [bad|per-device|nccl]]]]
+ * usage: diff_random [SEEDS [STEPS [FIRST_SEED [bad|bad-live|per-device|nccl]]]]
  *        (defaults: 40 seeds of 60 steps, from 1) */
 #include "random_calls.h"
 
@@ -40,7 +41,8 @@ int main(int argc, char **argv) {
   int steps = argc > 2 ? atoi(argv[2]) : 60;
   int first = argc > 3 ? atoi(argv[3]) : 1;
   const char *mode = argc > 4 ? argv[4] : "";
-  with_bad_calls = strcmp(mode, "bad") == 0;
+  with_bad_calls = strcmp(mode, "bad") == 0 || strcmp(mode, "bad-live") == 0;
+  bad_live_handles_only = strcmp(mode, "bad-live") == 0;
   /* `nccl`: nccl stores; `per-device`: the local and device stores they are compared with;
    * both with every key's values and outputs one per context */
   rc_one_per_device = strcmp(mode, "nccl") == 0 || strcmp(mode, "per-device") == 0;

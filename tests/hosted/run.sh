@@ -297,6 +297,19 @@ for prog in walkthrough diff_store diff_ndarray diff_ops diff_slice_assign diff_
   done
   echo "C $prog, hosted: identical to libmxnet.so and to native libkvstore ($(wc -l < "$out/c_hosted.txt") lines)"
 done
+# diff_random with a value per context, against libmxnet.so; and with calls the store must
+# refuse between the steps (those with live array handles: hosted mode cannot tell a host
+# array's handle from another pointer), whose rest must be the sequence without them.
+"$out/diff_random_mx" 20 60 1 per-device > "$out/c_mx.txt"
+KVSTORE_HOST_LIBRARY="$ref" "$out/diff_random_kv" 20 60 1 per-device > "$out/c_hosted.txt"
+cmp -s "$out/c_mx.txt" "$out/c_hosted.txt" \
+  || { echo "C diff_random per-device in hosted mode differs from libmxnet.so:"; diff "$out/c_mx.txt" "$out/c_hosted.txt" | head -20; exit 1; }
+KVSTORE_HOST_LIBRARY="$ref" "$out/diff_random_kv" 40 60 1 bad-live > "$out/c_bad.txt" \
+  || { echo "C diff_random bad-live in hosted mode failed"; tail -5 "$out/c_bad.txt"; exit 1; }
+KVSTORE_HOST_LIBRARY="$ref" "$out/diff_random_kv" 40 60 1 > "$out/c_hosted.txt"
+grep -v '^bad ' "$out/c_bad.txt" | cmp -s - "$out/c_hosted.txt" \
+  || { echo "C diff_random in hosted mode: refused calls changed the store"; exit 1; }
+echo "C diff_random, hosted: a value per context identical to libmxnet.so; $(grep -c '^bad ' "$out/c_bad.txt") refused calls changed nothing"
 # ...and it is hosted: an operator only MXNet has computes, and the store is libkvstore's.
 cc "${cflags[@]}" tests/hosted/which_store.c "${with_kvstore[@]}" -o "$out/which_store"
 facts=$(KVSTORE_HOST_LIBRARY="$ref" "$out/which_store")
