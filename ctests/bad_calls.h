@@ -18,12 +18,7 @@ static int bad_live_handles_only;
  * program) so that the sequence's own calls stay the same. */
 static uint64_t bad_state;
 
-static uint32_t bad_below(uint32_t n) {
-  bad_state ^= bad_state >> 12;
-  bad_state ^= bad_state << 25;
-  bad_state ^= bad_state >> 27;
-  return (uint32_t)((bad_state * 2685821657736338717ULL) >> 32) % n;
-}
+static uint32_t bad_below(uint32_t n) { return xorshift_below(&bad_state, n); }
 
 /* An array of key k's shape (of n elements when n > 0) and dtype dt, every element 3. */
 static NDArrayHandle threes(const Key *k, int dt, uint32_t n, int dev) {

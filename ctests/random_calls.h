@@ -32,15 +32,15 @@ static const char *rc_store_type;
 
 static uint64_t rng_state;
 
-static uint32_t next_u32(void) {
-  /* xorshift64*: the same sequence on every machine */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return (uint32_t)((rng_state * 2685821657736338717ULL) >> 32);
+/* xorshift64* on *state: the same sequence on every machine */
+static uint32_t xorshift_below(uint64_t *state, uint32_t n) {
+  *state ^= *state >> 12;
+  *state ^= *state << 25;
+  *state ^= *state >> 27;
+  return (uint32_t)((*state * 2685821657736338717ULL) >> 32) % n;
 }
 
-static uint32_t below(uint32_t n) { return next_u32() % n; }
+static uint32_t below(uint32_t n) { return xorshift_below(&rng_state, n); }
 
 typedef struct {
   int dtype;

@@ -181,9 +181,8 @@ impl Balance {
     }
 
     /// A digest of every key placed so far, with its size and servers; never 0 (a barrier
-    /// that carries 0 checks nothing).
+    /// that carries 0 checks nothing) nor `wire::INIT_REFUSED` (u64::MAX).
     pub fn fingerprint(&self) -> u64 {
-        // 0 and u64::MAX say other things at a barrier (wire::Msg::Barrier)
         self.fingerprint.clamp(1, u64::MAX - 1)
     }
 
