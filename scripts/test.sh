@@ -84,6 +84,8 @@ python3 -m unittest discover -s tests/launcher
 python3 -m unittest discover -s tests/setup
 scripts/dist-diff
 scripts/dist-diff --no-build -n 3 -s 2 --random 101-112
+# Workers 0 and 1 as partners (on by default only across hosts).
+KVSTORE_DIST_PAIRS=1 scripts/dist-diff --no-build -n 4 -s 2 --random 121-130
 scripts/dist-python.sh
 # Across hosts: a 4-host network test bed (scripts/testbed: namespaces, shaped links), a job
 # through kvstore-launch --launcher ssh, a slowed link, a short partition, a killed host.

@@ -107,6 +107,15 @@ impl PartRound {
         Ok(now)
     }
 
+    /// Records the paired push of workers 0 and 1 of chunk `index` (see `Round::arrive_pair`).
+    pub fn arrive_pair(&mut self, index: usize, request: Request) -> Result<bool> {
+        crate::ensure!(!self.done[index], "workers 0 and 1 pushed twice in one sync round (their second push is refused)");
+        let now = self.chunks[index].arrive_pair(request)?;
+        self.pushed[0] = true;
+        self.pushed[1] = true;
+        Ok(now)
+    }
+
     /// Keeps an early value of chunk `index` until the ranks before it have been folded.
     pub fn hold(&mut self, index: usize, rank: usize, value: Vec<u8>) {
         self.chunks[index].hold(rank, value)
@@ -208,7 +217,7 @@ mod tests {
     use super::*;
 
     fn request(source: usize, req: u64) -> Request {
-        Request { source, req, want_value: false, pull: false, chunk: None }
+        Request { source, req, want_value: false, pull: false, chunk: None, relay: false }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! worker has joined and arrived. A worker barrier also checks that its workers placed their
 //! keys alike: each brings the fingerprint of its placement ([`super::shard::Balance`]).
 
-use super::wire::INIT_REFUSED;
+use super::wire::{INIT_REFUSED, PUSH_FOR_PARTNER, PUSH_PAIRED};
 use crate::error::Result;
 
 /// A request waiting at a barrier: (world rank, request id).
@@ -56,6 +56,33 @@ impl Members {
             what()
         );
         Ok(rank)
+    }
+
+    /// The worker ranks a dense push from world rank `source` with `flags` is the push of, each
+    /// not joined: its sender's, or with `PUSH_PAIRED` workers 0 and 1 (the sender one of
+    /// them), or with `PUSH_FOR_PARTNER` the sender's partner's (workers 0 and 1 are partners,
+    /// see the worker's `pairs`).
+    pub fn pushers(&self, source: usize, flags: u8, what: &dyn Fn() -> String) -> Result<Vec<usize>> {
+        let rank = self.worker_rank(source, what)?;
+        let ranks = if flags & (PUSH_PAIRED | PUSH_FOR_PARTNER) == 0 {
+            vec![rank]
+        } else {
+            crate::ensure!(rank < 2 && self.workers.len() >= 2, "worker {rank} (MPI rank {source}) sent {} for a partner, which only workers 0 and 1 have", what());
+            if flags & PUSH_PAIRED != 0 {
+                vec![0, 1]
+            } else {
+                vec![rank ^ 1]
+            }
+        };
+        for &r in &ranks {
+            crate::ensure!(
+                !self.joined[r],
+                "worker {r} (MPI rank {}) sent {} after it joined (finished its work and began the exit protocol): refused, not applied",
+                self.workers[r],
+                what()
+            );
+        }
+        Ok(ranks)
     }
 
     fn worker_rank(&self, source: usize, what: &dyn Fn() -> String) -> Result<usize> {
@@ -162,6 +189,26 @@ mod tests {
                 w
             })
             .collect()
+    }
+
+    #[test]
+    fn a_push_is_its_senders_or_with_a_partner_flag_the_pairs() {
+        // Workers are world ranks 2, 3, 4.
+        let mut m = Members::new(vec![2, 3, 4]);
+        let what = || "a push".to_string();
+        assert_eq!(m.pushers(4, 0, &what).unwrap(), vec![2]);
+        assert_eq!(m.pushers(3, PUSH_PAIRED, &what).unwrap(), vec![0, 1]);
+        assert_eq!(m.pushers(2, PUSH_FOR_PARTNER, &what).unwrap(), vec![1]);
+        assert_eq!(m.pushers(3, PUSH_FOR_PARTNER, &what).unwrap(), vec![0]);
+        assert!(m.pushers(4, PUSH_PAIRED, &what).is_err(), "worker 2 has no partner");
+        assert!(m.pushers(9, 0, &what).is_err());
+        // A joined worker: its own push, a pair's and one forwarded for it are refused; a
+        // push its partner forwards for the other is not.
+        m.join(2).unwrap();
+        assert!(m.pushers(2, 0, &what).is_err());
+        assert!(m.pushers(3, PUSH_PAIRED, &what).is_err());
+        assert!(m.pushers(3, PUSH_FOR_PARTNER, &what).is_err());
+        assert_eq!(m.pushers(2, PUSH_FOR_PARTNER, &what).unwrap(), vec![1]);
     }
 
     #[test]

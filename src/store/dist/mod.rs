@@ -11,6 +11,7 @@ mod failpoint;
 pub mod liveness;
 mod members;
 pub mod names;
+mod pairs;
 pub mod role;
 mod round;
 mod server;

@@ -47,6 +47,8 @@ pub struct Request {
     /// The elements `(first, count)` of the part that this push carried, when the part was
     /// pushed in chunks (`chunked`): a push-pull is answered with those elements only.
     pub chunk: Option<(usize, usize)>,
+    /// A pull whose worker forwards the value to its partner (`PullAfter`'s `relay`).
+    pub relay: bool,
 }
 
 /// A round in progress: `V` is a pushed value in the server's working form.
@@ -92,6 +94,24 @@ impl<V> Round<V> {
         }
         let contributors = joined.iter().filter(|&&j| !j).count();
         Ok(self.order == SumOrder::Arrival || contributors <= 2)
+    }
+
+    /// Records the push of workers 0 and 1 at once: the sum of their values, pushed by one of
+    /// them (`wire::PUSH_PAIRED`), answered through `request`. In rank order it is the round's
+    /// first fold, `w0 + w1` (the same bits as `w1 + w0`); `Ok(true)`: fold it now.
+    pub fn arrive_pair(&mut self, request: Request) -> Result<bool> {
+        crate::ensure!(self.pushed.len() >= 2, "a paired push in a job of {} worker(s)", self.pushed.len());
+        for rank in 0..2 {
+            crate::ensure!(!self.pushed[rank], "worker {rank} pushed twice in one sync round (its second push is refused)");
+        }
+        self.pushed[0] = true;
+        self.pushed[1] = true;
+        self.requests.push(request);
+        if self.next == 0 {
+            self.next = 2;
+            return Ok(true);
+        }
+        Ok(self.order == SumOrder::Arrival)
     }
 
     /// The worker ranks an open round waits for (not pushed, not joined), and how many have
@@ -180,7 +200,7 @@ mod tests {
     use super::*;
 
     fn request(source: usize) -> Request {
-        Request { source, req: source as u64, want_value: false, pull: false, chunk: None }
+        Request { source, req: source as u64, want_value: false, pull: false, chunk: None, relay: false }
     }
 
     /// Folds a round fed in `arrival` order (joined ranks in `joined`) and returns the fold
@@ -278,5 +298,37 @@ mod tests {
         assert!(round.arrive(1, request(1), &[false; 3]).is_ok_and(|now| !now));
         assert!(round.arrive(1, request(1), &[false; 3]).is_err());
         assert!(round.arrive(5, request(5), &[false; 3]).is_err());
+    }
+
+    #[test]
+    fn a_paired_push_is_the_first_fold_of_workers_0_and_1_whatever_came_before() {
+        let none = [false; 4];
+        for early in [vec![], vec![3], vec![2, 3], vec![3, 2]] {
+            let mut round: Round<usize> = Round::new(4, SumOrder::Rank);
+            let mut seq = Vec::new();
+            for &r in &early {
+                assert!(!round.arrive(r, request(r), &none).unwrap());
+                round.hold(r, r);
+            }
+            assert!(round.arrive_pair(request(0)).unwrap(), "the pair's sum folds at once");
+            seq.push(1);
+            seq.extend(round.ready(&none));
+            for r in (2..4).filter(|r| !early.contains(r)) {
+                if round.arrive(r, request(r), &none).unwrap() {
+                    seq.push(r);
+                } else {
+                    round.hold(r, r);
+                }
+                seq.extend(round.ready(&none));
+            }
+            assert_eq!(seq, vec![1, 2, 3], "early {early:?}");
+            assert!(round.complete(&none));
+            assert!(round.has_pushed(1));
+            assert_eq!(round.finish().len(), 3, "the pair's push is one request");
+        }
+        let mut round: Round<usize> = Round::new(3, SumOrder::Rank);
+        assert!(round.arrive(1, request(1), &[false; 3]).is_ok());
+        assert!(round.arrive_pair(request(0)).is_err(), "worker 1 pushed already");
+        assert!(Round::<usize>::new(1, SumOrder::Rank).arrive_pair(request(0)).is_err());
     }
 }

@@ -114,8 +114,9 @@ struct State {
     members: Members,
     /// Pushes received per (key, source rank), init pushes aside: what `PullAfter` names.
     push_counts: HashMap<(i32, usize), u64>,
-    /// `PullAfter`s whose push has not arrived yet, per key: (source, push number, req).
-    waiting_pulls: HashMap<i32, Vec<(usize, u64, u64)>>,
+    /// `PullAfter`s whose push has not arrived yet, per key: (source, push number, req,
+    /// relay).
+    waiting_pulls: HashMap<i32, Vec<(usize, u64, u64, bool)>>,
     entries: HashMap<i32, Entry>,
     rsp: HashMap<i32, RspEntry>,
     compression: Option<GradientCompression>,
@@ -137,6 +138,9 @@ pub struct ServerCore {
     applying: Applying,
     /// Buffers for pushed bodies (see [`PushBodies`]), kept for the next ones.
     buffers: BodyBuffers,
+    /// World ranks of workers 0 and 1, the partners whose pulls of one value may be answered
+    /// once (`Msg::Relay`); `None` with fewer than two workers.
+    partners: Option<[usize; 2]>,
 }
 
 /// A server process's store.
@@ -179,6 +183,7 @@ impl Server {
             jobs: unbounded(),
             applying: Applying::default(),
             buffers: BodyBuffers::default(),
+            partners: (workers.len() >= 2).then(|| [workers[0], workers[1]]),
         });
         let c = Arc::clone(&core);
         node.set_handler(Arc::new(move |source, bytes| c.handle(source, bytes)));
@@ -305,11 +310,20 @@ impl ServerCore {
         match msg {
             Msg::Push { req, key, dtype, flags, len, at, chunk, data } => {
                 super::failpoint::check_push(len as usize);
-                if flags & wire::PUSH_INIT == 0 && at == 0 {
-                    // A push is counted at its first chunk: a pull waiting for it joins its
-                    // round then, and gets each chunk as the chunk's round completes.
-                    *self.state.lock().push_counts.entry((key, source)).or_default() += 1;
-                }
+                // The world ranks whose push this is (a paired push is two workers').
+                let pushers: Vec<usize> = {
+                    let mut state = self.state.lock();
+                    let ranks = state.members.pushers(source, flags, &String::new).unwrap_or_default();
+                    let world: Vec<usize> = ranks.iter().map(|&r| state.members.workers()[r]).collect();
+                    if flags & wire::PUSH_INIT == 0 && at == 0 {
+                        // A push is counted at its first chunk: a pull waiting for it joins
+                        // its round then, and gets each chunk as the chunk's round completes.
+                        for &w in &world {
+                            *state.push_counts.entry((key, w)).or_default() += 1;
+                        }
+                    }
+                    world
+                };
                 let data = match body {
                     Some(b) => Cow::Owned(b),
                     None => Cow::Borrowed(data),
@@ -317,16 +331,18 @@ impl ServerCore {
                 if let Err(e) = self.push(source, req, key, dtype, flags, wire::Span { len, at, chunk }, data) {
                     self.reply(source, req, Err(e.message().to_string()));
                 }
-                self.release_pulls(source, key);
+                for w in pushers {
+                    self.release_pulls(w, key);
+                }
             }
-            Msg::PullAfter { req, key, after } => {
+            Msg::PullAfter { req, key, after, relay } => {
                 let placed = {
                     let mut state = self.state.lock();
                     if state.push_counts.get(&(key, source)).copied().unwrap_or(0) < after {
-                        state.waiting_pulls.entry(key).or_default().push((source, after, req));
+                        state.waiting_pulls.entry(key).or_default().push((source, after, req, relay));
                         Placed::Deferred(None)
                     } else {
-                        self.defer_pull(&mut state, source, req, key)
+                        self.defer_pull(&mut state, source, req, key, relay)
                     }
                 };
                 match placed {
@@ -374,7 +390,8 @@ impl ServerCore {
             }
             Msg::Join { req } => self.join(source, req),
             Msg::Barrier { req, exit, placed } => self.barrier(source, req, exit, placed),
-            Msg::Reply { .. } | Msg::ReplyPart { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
+            Msg::Reply { .. } | Msg::ReplyPart { .. } | Msg::Relay { .. } => eprintln!("libkvstore: a server received a reply; ignored"),
+            Msg::PairPush { .. } | Msg::PairLeave => eprintln!("libkvstore: a server received a message between workers; ignored"),
         }
     }
 
@@ -382,14 +399,14 @@ impl ServerCore {
     /// while it is open (answered by `advance_dense`: chunk by chunk as the chunks' rounds
     /// complete, the chunks completed already at once; or whole after the update); `Now` when
     /// it is to be answered now (the round has been applied, async mode, or no such round).
-    fn defer_pull(&self, state: &mut State, source: usize, req: u64, key: i32) -> Placed {
+    fn defer_pull(&self, state: &mut State, source: usize, req: u64, key: i32, relay: bool) -> Placed {
         if !self.sync.load(Ordering::SeqCst) {
             return Placed::Now;
         }
         let Ok(worker) = state.members.active_worker(source, &|| format!("a pull of key {key}")) else { return Placed::Now };
         match state.entries.get_mut(&key) {
             Some(e) if e.round.has_pushed(worker) => {
-                let pull = Request { source, req, want_value: true, pull: true, chunk: None };
+                let pull = Request { source, req, want_value: true, pull: true, chunk: None, relay };
                 e.round.defer_pull(pull);
                 if e.round.decided() != Some(Answering::Streamed) {
                     return Placed::Deferred(None);
@@ -408,21 +425,8 @@ impl ServerCore {
         {
             let mut guard = self.state.lock();
             let state = &mut *guard;
-            let Some(list) = state.waiting_pulls.get_mut(&key) else { return };
-            let count = state.push_counts.get(&(key, source)).copied().unwrap_or(0);
-            let mut due = Vec::new();
-            list.retain(|&(s, after, req)| {
-                let ready = s == source && after <= count;
-                if ready {
-                    due.push(req);
-                }
-                !ready
-            });
-            if list.is_empty() {
-                state.waiting_pulls.remove(&key);
-            }
-            for req in due {
-                match self.defer_pull(state, source, req, key) {
+            for (req, relay) in take_due(state, source, key) {
+                match self.defer_pull(state, source, req, key, relay) {
                     Placed::Now => now.push(req),
                     Placed::Deferred(c) => chunks.push(c),
                 }
@@ -544,7 +548,7 @@ impl ServerCore {
         let st = &mut *state;
         let e = st.rsp.get_mut(&key).ok_or_else(|| crate::Error::new("entry vanished"))?;
         crate::ensure!(e.dtype == dtype && e.row_len == row_len, "key {key}: row_sparse push of {} rows of {row_len}, the key holds {} rows of {}", dtype.name(), e.dtype.name(), e.row_len);
-        let request = Request { source, req, want_value: false, pull: false, chunk: None };
+        let request = Request { source, req, want_value: false, pull: false, chunk: None, relay: false };
         let value = (ids.to_vec(), cast_buffer(dtype, data, work)?.bytes().to_vec());
         if !sync {
             crate::ensure!(updater, "Updater needs to be set for async mode (key {key})");
@@ -619,7 +623,7 @@ impl ServerCore {
         let dtype = DType::from_code(dtype)?;
         let (len, at) = (span.len as usize, span.at as usize);
         let mut state = self.state.lock();
-        let worker = state.members.active_worker(source, &|| format!("a push of key {key}"))?;
+        let pushers = state.members.pushers(source, flags, &|| format!("a push of key {key}"))?;
         let mp = state.multi_precision && dtype != DType::Float32;
         let work_dtype = if mp { DType::Float32 } else { dtype };
         // The pushed values in the dtype the server works in: the received ones when no
@@ -678,21 +682,56 @@ impl ServerCore {
         if !sync {
             crate::ensure!(span.chunk == 0, "key {key}: dist_async pushes are sent whole, not in chunks");
             crate::ensure!(self.updater.read().is_some(), "Updater needs to be set for async mode (key {key})");
+            crate::ensure!(flags & (wire::PUSH_PAIRED | wire::PUSH_FOR_PARTNER) == 0, "key {key}: a paired push in dist_async");
             e.fold_whole(&recv)?;
             self.buffers.give(recv);
-            return self.finish_dense(state, key, vec![Request { source, req, want_value, pull: false, chunk: None }]);
+            return self.finish_dense(state, key, vec![Request { source, req, want_value, pull: false, chunk: None, relay: false }]);
         }
         let index = e.round.chunk_of(at, recv.len() / work_dtype.size(), span.chunk as usize)?;
         let chunk = e.round.chunked().then(|| e.round.span(index));
-        let request = Request { source, req, want_value, pull: false, chunk };
-        if e.round.arrive(index, worker, request, st.members.joined())? {
+        let request = Request { source, req, want_value, pull: false, chunk, relay: false };
+        let now = match pushers[..] {
+            [worker] => e.round.arrive(index, worker, request, st.members.joined())?,
+            _ => e.round.arrive_pair(index, request)?,
+        };
+        if now {
             e.fold_chunk(index, &recv)?;
             self.buffers.give(recv);
         } else {
             // A value received into a buffer of its own is moved, not copied.
-            e.round.hold(index, worker, recv.into_owned());
+            e.round.hold(index, pushers[0], recv.into_owned());
         }
-        self.advance_dense(state, key, Some(index))
+        // The pulls waiting for this push join its round before the round's chunks are
+        // answered (the push completing a round does so right here): partners' pulls are then
+        // answered together (`relayed`), and every pull with the round's stream.
+        let mut early = Vec::new();
+        if at == 0 {
+            let world: Vec<usize> = pushers.iter().map(|&r| st.members.workers()[r]).collect();
+            for w in world {
+                early.extend(self.join_round(st, w, key));
+            }
+        }
+        let advanced = self.advance_dense(state, key, Some(index));
+        for answers in early {
+            self.answer_chunks(answers);
+        }
+        advanced
+    }
+
+    /// Places the `PullAfter`s of `source` for `key` that its push just counted has made due,
+    /// in its open sync round (see `defer_pull`); returns the answers of the round's chunks
+    /// completed before, to send.
+    fn join_round(&self, state: &mut State, source: usize, key: i32) -> Vec<Option<ChunkAnswers>> {
+        let due = take_due(state, source, key);
+        let mut out = Vec::new();
+        for (req, relay) in due {
+            match self.defer_pull(state, source, req, key, relay) {
+                Placed::Deferred(c) => out.push(c),
+                // Not in a sync round after all: `release_pulls` answers it after the push.
+                Placed::Now => state.waiting_pulls.entry(key).or_default().push((source, 0, req, relay)),
+            }
+        }
+        out
     }
 
     /// Folds the held pushes of `key`'s sync round that are due (of chunk `which`, or of
@@ -764,8 +803,11 @@ impl ServerCore {
                 // The value itself is being folded into by the chunks still arriving.
                 let chunk = &bytes[first * esz..(first + count) * esz];
                 let mut answers = Vec::with_capacity(requests.len());
-                for r in requests {
-                    let head = if r.pull {
+                let (requests, relayed) = self.relayed(requests);
+                for (r, partner_req) in requests.iter().zip(relayed) {
+                    let head = if let Some(partner_req) = partner_req {
+                        wire::relay_header(r.req, (first * esz) as u64, false, partner_req)
+                    } else if r.pull {
                         wire::reply_part_header(r.req, (first * esz) as u64, 0)
                     } else if r.want_value {
                         wire::reply_header(r.req, true, 0)
@@ -839,17 +881,53 @@ impl ServerCore {
         let (dtype, esz) = (answer.dtype(), answer.dtype().size());
         read_now(&answer, |value| {
             let mut answers = Vec::with_capacity(requests.len());
-            for r in requests {
+            let (requests, relayed) = self.relayed(&requests);
+            for (r, partner_req) in requests.into_iter().zip(relayed) {
                 if !r.want_value {
                     self.reply(r.source, r.req, Ok(&[]));
                     continue;
                 }
                 // A push-pull of one chunk gets that chunk of the value.
                 let range = r.chunk.map_or(0..value.len(), |(first, count)| first * esz..(first + count) * esz);
-                answers.push(ValueAnswer { dest: r.source, head: wire::reply_header(r.req, true, 0), range });
+                let head = match partner_req {
+                    Some(partner_req) => wire::relay_header(r.req, 0, true, partner_req),
+                    None => wire::reply_header(r.req, true, 0),
+                };
+                answers.push(ValueAnswer { dest: r.source, head, range });
             }
             self.send_values(value, dtype, answers);
         })
+    }
+
+    /// The requests of one range of a value to answer, each with the partner's pull it also
+    /// answers: a pull whose worker relays (`Request::relay`) takes its partner's pull of the
+    /// same range along (`Msg::Relay`; the partner's is then left out), so the value leaves
+    /// this server once for both.
+    fn relayed(&self, requests: &[Request]) -> (Vec<Request>, Vec<Option<u64>>) {
+        let Some([w0, w1]) = self.partners else { return (requests.to_vec(), vec![None; requests.len()]) };
+        let partner = |source: usize| if source == w0 { Some(w1) } else if source == w1 { Some(w0) } else { None };
+        // First pair each relaying pull with a pull of its partner, then answer the rest.
+        let mut along: Vec<Option<usize>> = vec![None; requests.len()];
+        let mut taken = vec![false; requests.len()];
+        for (i, r) in requests.iter().enumerate() {
+            if !(r.pull && r.relay) || taken[i] {
+                continue;
+            }
+            let Some(p) = partner(r.source) else { continue };
+            if let Some(j) = (0..requests.len()).find(|&j| j != i && !taken[j] && along[j].is_none() && requests[j].pull && requests[j].source == p) {
+                taken[j] = true;
+                along[i] = Some(j);
+            }
+        }
+        let mut out = Vec::with_capacity(requests.len());
+        let mut relayed = Vec::with_capacity(requests.len());
+        for (i, r) in requests.iter().enumerate() {
+            if !taken[i] {
+                out.push(*r);
+                relayed.push(along[i].map(|j| requests[j].req));
+            }
+        }
+        (out, relayed)
     }
 
     /// Sends each answer its range of `value` (bytes of `dtype`), without waiting: from one
@@ -923,6 +1001,25 @@ impl ServerCore {
             }
         }
     }
+}
+
+/// The `PullAfter`s of `source` for `key` that wait for a push it has now made (req, relay),
+/// no longer waiting.
+fn take_due(state: &mut State, source: usize, key: i32) -> Vec<(u64, bool)> {
+    let count = state.push_counts.get(&(key, source)).copied().unwrap_or(0);
+    let Some(list) = state.waiting_pulls.get_mut(&key) else { return Vec::new() };
+    let mut due = Vec::new();
+    list.retain(|&(s, after, req, relay)| {
+        let ready = s == source && after <= count;
+        if ready {
+            due.push((req, relay));
+        }
+        !ready
+    });
+    if list.is_empty() {
+        state.waiting_pulls.remove(&key);
+    }
+    due
 }
 
 /// Where a server receives the bodies of pushes (a worker sends a dense push's values apart

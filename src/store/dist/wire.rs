@@ -10,6 +10,12 @@ pub const PUSH_INIT: u8 = 1;
 pub const PUSH_PULL: u8 = 2;
 /// The payload is 2-bit (or 1-bit) packed.
 pub const PUSH_COMPRESSED: u8 = 4;
+/// The payload is the sum of the sender's value and its partner's (workers 0 and 1, see
+/// `pairs`): the push of both, which their round folds first.
+pub const PUSH_PAIRED: u8 = 8;
+/// The payload is the sender's partner's value alone, which the sender forwards (it has left
+/// the pair): the partner's push.
+pub const PUSH_FOR_PARTNER: u8 = 16;
 
 /// A message.
 #[derive(Debug, PartialEq)]
@@ -26,7 +32,9 @@ pub enum Msg<'a> {
     /// applied (at once after that push in async mode, or if it has been). The value is the
     /// one a `Pull` sent after that push's answer would get, without waiting for the answer:
     /// the pull leaves the server as soon as the round completes.
-    PullAfter { req: u64, key: i32, after: u64 },
+    /// `relay`: the worker forwards the value to its partner (`pairs`), so a server that holds
+    /// the partner's pull of the same round too may answer both with one `Relay`.
+    PullAfter { req: u64, key: i32, after: u64, relay: bool },
     /// Worker to server: a command (`Command` ids, or any other number).
     Command { req: u64, id: i32, body: &'a [u8] },
     /// Worker to server: answer 1 if an updater is set.
@@ -49,6 +57,18 @@ pub enum Msg<'a> {
     /// `placed`: the worker's key-placement fingerprint, which every worker at a barrier
     /// must share (0: unchecked; [`INIT_REFUSED`]: worker 0 refused the init before it).
     Barrier { req: u64, exit: bool, placed: u64 },
+    /// Worker to its partner (`pairs`): its piece of a push, from element `offset` of the key,
+    /// `n` the key's push number; the partner sums it with its own piece of that push and
+    /// pushes the sum (`PUSH_PAIRED`) to world rank `server`, answering `req` with the server's
+    /// answer.
+    PairPush { req: u64, key: i32, dtype: i32, flags: u8, n: u64, offset: u64, server: u64, len: u64, at: u64, chunk: u64, data: &'a [u8] },
+    /// Worker to its partner: it has left the pair (it is joining): its own pieces will not
+    /// come, and the partner's still on their way are forwarded alone.
+    PairLeave,
+    /// Server to worker: the answer to pull `req` (a `Reply` if `whole`, else a `ReplyPart`
+    /// from byte `at`) that also answers the worker's partner's pull `partner_req`: the worker
+    /// forwards it.
+    Relay { req: u64, at: u64, whole: bool, partner_req: u64, data: &'a [u8] },
 }
 
 /// The `placed` of worker 0 at the barrier of an init it refused (or could not send): every
@@ -66,6 +86,9 @@ const JOIN: u8 = 8;
 const BARRIER: u8 = 9;
 const PULL_AFTER: u8 = 10;
 const REPLY_PART: u8 = 11;
+const PAIR_PUSH: u8 = 12;
+const PAIR_LEAVE: u8 = 13;
+const RELAY: u8 = 14;
 
 fn put_ids(m: &mut Vec<u8>, ids: &[i64]) {
     m.extend_from_slice(&(ids.len() as u64).to_le_bytes());
@@ -141,6 +164,35 @@ pub fn reply_header(req: u64, ok: bool, payload: usize) -> Vec<u8> {
     m
 }
 
+/// A `PairPush`'s header, before its payload (`payload` bytes of room reserved).
+#[allow(clippy::too_many_arguments)]
+pub fn pair_push_header(req: u64, key: i32, dtype: i32, flags: u8, n: u64, offset: u64, server: u64, span: Span, payload: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(66 + payload);
+    m.push(PAIR_PUSH);
+    m.extend_from_slice(&req.to_le_bytes());
+    m.extend_from_slice(&key.to_le_bytes());
+    m.extend_from_slice(&dtype.to_le_bytes());
+    m.push(flags);
+    m.extend_from_slice(&n.to_le_bytes());
+    m.extend_from_slice(&offset.to_le_bytes());
+    m.extend_from_slice(&server.to_le_bytes());
+    m.extend_from_slice(&span.len.to_le_bytes());
+    m.extend_from_slice(&span.at.to_le_bytes());
+    m.extend_from_slice(&span.chunk.to_le_bytes());
+    m
+}
+
+/// A `Relay`'s header, before its data.
+pub fn relay_header(req: u64, at: u64, whole: bool, partner_req: u64) -> Vec<u8> {
+    let mut m = Vec::with_capacity(26);
+    m.push(RELAY);
+    m.extend_from_slice(&req.to_le_bytes());
+    m.extend_from_slice(&at.to_le_bytes());
+    m.push(whole as u8);
+    m.extend_from_slice(&partner_req.to_le_bytes());
+    m
+}
+
 /// Encodes `msg`.
 pub fn encode(msg: &Msg) -> Vec<u8> {
     match msg {
@@ -155,11 +207,12 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             m.extend_from_slice(&key.to_le_bytes());
             m
         }
-        Msg::PullAfter { req, key, after } => {
+        Msg::PullAfter { req, key, after, relay } => {
             let mut m = vec![PULL_AFTER];
             m.extend_from_slice(&req.to_le_bytes());
             m.extend_from_slice(&key.to_le_bytes());
             m.extend_from_slice(&after.to_le_bytes());
+            m.push(*relay as u8);
             m
         }
         Msg::Command { req, id, body } => {
@@ -208,6 +261,17 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             m.extend_from_slice(&placed.to_le_bytes());
             m
         }
+        Msg::PairPush { req, key, dtype, flags, n, offset, server, len, at, chunk, data } => {
+            let mut m = pair_push_header(*req, *key, *dtype, *flags, *n, *offset, *server, Span { len: *len, at: *at, chunk: *chunk }, data.len());
+            m.extend_from_slice(data);
+            m
+        }
+        Msg::PairLeave => vec![PAIR_LEAVE],
+        Msg::Relay { req, at, whole, partner_req, data } => {
+            let mut m = relay_header(*req, *at, *whole, *partner_req);
+            m.extend_from_slice(data);
+            m
+        }
     }
 }
 
@@ -250,7 +314,7 @@ pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
             Msg::Push { req, key, dtype, flags, len, at, chunk, data: r.bytes }
         }
         PULL => Msg::Pull { req: r.u64()?, key: r.i32()? },
-        PULL_AFTER => Msg::PullAfter { req: r.u64()?, key: r.i32()?, after: r.u64()? },
+        PULL_AFTER => Msg::PullAfter { req: r.u64()?, key: r.i32()?, after: r.u64()?, relay: r.u8()? != 0 },
         COMMAND => {
             let (req, id) = (r.u64()?, r.i32()?);
             Msg::Command { req, id, body: r.bytes }
@@ -275,6 +339,16 @@ pub fn decode(bytes: &[u8]) -> Result<Msg<'_>> {
         }
         JOIN => Msg::Join { req: r.u64()? },
         BARRIER => Msg::Barrier { req: r.u64()?, exit: r.u8()? != 0, placed: r.u64()? },
+        PAIR_PUSH => {
+            let (req, key, dtype, flags, n, offset) = (r.u64()?, r.i32()?, r.i32()?, r.u8()?, r.u64()?, r.u64()?);
+            let (server, len, at, chunk) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            Msg::PairPush { req, key, dtype, flags, n, offset, server, len, at, chunk, data: r.bytes }
+        }
+        PAIR_LEAVE => Msg::PairLeave,
+        RELAY => {
+            let (req, at, whole, partner_req) = (r.u64()?, r.u64()?, r.u8()? != 0, r.u64()?);
+            Msg::Relay { req, at, whole, partner_req, data: r.bytes }
+        }
         other => crate::bail!("unknown message kind {other}"),
     })
 }
@@ -290,7 +364,12 @@ mod tests {
             Msg::Push { req: 7, key: -3, dtype: 2, flags: PUSH_INIT | PUSH_PULL, len: 4, at: 0, chunk: 0, data: &data },
             Msg::Push { req: 8, key: 3, dtype: 0, flags: 0, len: 10, at: 8, chunk: 4, data: &data },
             Msg::Pull { req: u64::MAX, key: 12 },
-            Msg::PullAfter { req: 5, key: -7, after: 3 },
+            Msg::PullAfter { req: 5, key: -7, after: 3, relay: false },
+            Msg::PullAfter { req: 6, key: 7, after: 4, relay: true },
+            Msg::PairPush { req: 3, key: 4, dtype: 0, flags: PUSH_PULL, n: 9, offset: 100, server: 3, len: 10, at: 8, chunk: 4, data: &data },
+            Msg::PairLeave,
+            Msg::Relay { req: 12, at: 64, whole: false, partner_req: 77, data: &data },
+            Msg::Relay { req: 13, at: 0, whole: true, partner_req: 78, data: &[] },
             Msg::Command { req: 1, id: 0, body: b"hello" },
             Msg::HasUpdater { req: 9 },
             Msg::Reply { req: 3, ok: false, data: b"no" },

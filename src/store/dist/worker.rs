@@ -8,6 +8,7 @@ use super::byte_kernels;
 use super::command::{encode_compression, Command};
 use super::liveness::{Owe, What};
 use super::names::DistMode;
+use super::pairs::{self, OwnPiece, Owners, Pairing, Piece, Step, TheirPiece};
 use super::role::Role;
 use super::shard::{self, Balance, Load, Part, RowPart};
 use super::transport::{Body, Landing, Node, PlacedAt, Placement};
@@ -33,6 +34,9 @@ struct KeyParts {
     /// A row_sparse key's row ranges, one per server holding some of its rows (empty for
     /// dense keys).
     row_parts: Vec<RowPart>,
+    /// Per part, whether this worker owns it in its pair (`pairs`); empty where the key's
+    /// pushes are not paired (no pair, not float32, row_sparse).
+    owned: Vec<bool>,
 }
 
 impl KeyParts {
@@ -228,11 +232,27 @@ struct Asked {
     left: usize,
     /// The lengths of the answers' bodies being received into the target, in arrival order.
     placed: VecDeque<usize>,
+    /// The partner's request this one's answer also answers (a paired or forwarded push).
+    relay: Option<Relay>,
 }
+
+/// A partner's request that a request's answer also answers (`pairs`).
+#[derive(Clone, Copy)]
+struct Relay {
+    /// The partner's world rank.
+    dest: usize,
+    req: u64,
+    /// The partner's push wants the value back (a push-pull).
+    want_value: bool,
+}
+
+/// Request ids of the partner's pieces this worker forwards alone: the partner's id with the
+/// top bit set (a worker's own ids never reach it).
+const FORWARDED: u64 = 1 << 63;
 
 impl Asked {
     fn new(pending: &Arc<Pending>, offset: usize, server: usize, what: What) -> Asked {
-        Asked { pending: Arc::clone(pending), offset, server, what, left: 0, placed: VecDeque::new() }
+        Asked { pending: Arc::clone(pending), offset, server, what, left: 0, placed: VecDeque::new(), relay: None }
     }
 
     /// A pull of `bytes` bytes.
@@ -251,6 +271,8 @@ struct State {
     barrier_before_exit: bool,
     /// dist_async: every server has answered that it has an updater.
     servers_update: bool,
+    /// Which partner owns the parts inited so far (`pairs`).
+    owners: Owners,
 }
 
 /// A worker process's store.
@@ -273,6 +295,10 @@ pub struct Worker {
     pushes: Mutex<HashMap<i32, Pushes>>,
     /// The exit protocol has run.
     shut_down: std::sync::atomic::AtomicBool,
+    /// Whether workers 0 and 1 pair in this job (`pairs`; every worker knows).
+    pairs_on: bool,
+    /// This worker's side of the pair, on workers 0 and 1 when they pair.
+    pairing: Option<Arc<Pairing>>,
 }
 
 impl Worker {
@@ -285,8 +311,24 @@ impl Worker {
         crate::ensure!(!servers.is_empty(), "a distributed store needs at least one server process (DMLC_ROLE=server) in the MPI job");
         let rank = workers.iter().position(|&r| r == node.rank).unwrap_or(0);
         let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
-        let p = Arc::clone(&pending);
-        node.set_handler(Arc::new(move |_source, bytes| on_reply(&p, bytes)));
+        let apart = workers.len() >= 2 && servers.iter().all(|&s| workers[..2].iter().all(|&w| node.host(w) != node.host(s)));
+        let pairs_on = pairs::enabled(mode.sync, workers.len(), servers.len(), apart)?;
+        let pairing = (pairs_on && rank < 2).then(|| Arc::new(Pairing::new(rank, workers[rank ^ 1])));
+        let inbox = Inbox { pending: Arc::clone(&pending), node: Arc::downgrade(&node), pairing: pairing.clone() };
+        node.set_handler(Arc::new(move |source, bytes| inbox.handle(source, bytes)));
+        if let Some(pairing) = &pairing {
+            // A partner's sends to its servers wait on its partner's pieces and are queued
+            // after its own pieces to the partner: kept in the order queued, they would leave
+            // only once those have.
+            node.set_bulk_lead(0);
+            // The own pieces held for the partner's are owed by the partner.
+            let (weak, partner) = (Arc::downgrade(pairing), pairing.partner);
+            node.watch.add_source(Box::new(move |out: &mut Vec<Owe>| {
+                if let Some(p) = weak.upgrade() {
+                    out.extend(p.waiting().into_iter().map(|key| Owe { peer: partner, what: What::Push { key, pull: false } }));
+                }
+            }));
+        }
         node.set_placement(Arc::new(Answers { pending: Arc::clone(&pending) }));
         // The monitor sees every unanswered request as owed by its server.
         let weak = Arc::downgrade(&pending);
@@ -314,11 +356,14 @@ impl Worker {
                 balance,
                 barrier_before_exit: true,
                 servers_update: false,
+                owners: Owners::default(),
             }),
             pending,
             next_req: AtomicU64::new(1),
             pushes: Mutex::new(HashMap::new()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
+            pairs_on,
+            pairing,
         };
         worker.node.barrier_all("at the start");
         if mode.sync && rank == 0 {
@@ -452,6 +497,7 @@ impl Worker {
         flags: u8,
         priority: i32,
         residual: Arc<Mutex<Vec<f32>>>,
+        owned: &[bool],
     ) {
         // GPU values reach the wire through pinned host copies.
         let values = match crate::backend::host_readable(values, priority) {
@@ -474,6 +520,13 @@ impl Worker {
         let counted = flags & wire::PUSH_INIT == 0;
         let leaves_value = flags & wire::PUSH_PULL == 0;
         let var = comm.var();
+        // A sync push of a paired key goes through the pair (`pairs`): the key's push number,
+        // which the partner's piece of the same push carries too.
+        let paired = match &self.pairing {
+            Some(p) if chunked && counted && !owned.is_empty() => Some((Arc::clone(p), owned.to_vec())),
+            _ => None,
+        };
+        let n = self.pushes.lock().get(&key).map_or(0, |p| p.count) + 1;
         engine().push_async(&reads, &[var], priority, move |_env, done| {
             std::thread::sleep(delay);
             let kernels = byte_kernels();
@@ -494,12 +547,26 @@ impl Worker {
                 },
             };
             let pending = Pending::new(pieces.len(), Some(done), want_data.then_some(target));
+            // Where each piece goes: to its server, or through the pair.
+            let routes: Vec<Route> = pieces
+                .iter()
+                .map(|c| match &paired {
+                    None => Route::Server,
+                    Some((_, owned)) if owned[c.part] => Route::Own,
+                    Some((pairing, _)) if pairing.partner_gone() => Route::Server,
+                    Some(_) => Route::Partner,
+                })
+                .collect();
             {
                 let mut map = pending_map.lock();
                 let what = What::Push { key, pull: want_data };
                 for (i, c) in pieces.iter().enumerate() {
                     let p = &parts[c.part];
-                    map.insert(next_req + i as u64, Asked::new(&pending, (p.offset + c.at) * esz, servers[p.server], what.clone()));
+                    let dest = match (&routes[i], &paired) {
+                        (Route::Partner, Some((pairing, _))) => pairing.partner,
+                        _ => servers[p.server],
+                    };
+                    map.insert(next_req + i as u64, Asked::new(&pending, (p.offset + c.at) * esz, dest, what.clone()));
                 }
             }
             // Compressed pushes go whole (`chunked` is off), packed into their messages.
@@ -530,8 +597,18 @@ impl Worker {
                 let p = &parts[c.part];
                 let span = wire::Span { len: p.len as u64, at: c.at as u64, chunk: c.chunk as u64 };
                 let (first, end) = (p.offset + c.at, p.offset + c.at + c.len);
-                let head = wire::push_header(next_req + i as u64, key, dtype.code(), flags, span, 0);
-                node.send_parts(servers[p.server], head, Body::new(&source, first * esz..end * esz), false);
+                let (req, body) = (next_req + i as u64, Body::new(&source, first * esz..end * esz));
+                match (&routes[i], &paired) {
+                    (Route::Own, Some((pairing, _))) => {
+                        let piece = Piece { req, key, dtype: dtype.code(), flags, n, offset: first as u64, server: servers[p.server], span };
+                        run_step(&node, &pending_map, pairing.partner, pairing.own(OwnPiece { piece, body }));
+                    }
+                    (Route::Partner, Some((pairing, _))) => {
+                        let head = wire::pair_push_header(req, key, dtype.code(), flags, n, first as u64, servers[p.server] as u64, span, 0);
+                        node.send_parts(pairing.partner, head, body, false);
+                    }
+                    _ => node.send_parts(servers[p.server], wire::push_header(req, key, dtype.code(), flags, span, 0), body, false),
+                }
             }
         });
         if counted {
@@ -654,7 +731,7 @@ impl Worker {
     /// after the push's op and the target's earlier writers (engine order) and only waits for
     /// the answers; one that arrives before the op starts is kept and written when it starts,
     /// unless the pull comes right after a push that leaves the target alone ([`Pushes`]).
-    fn schedule_pull(&self, key: i32, comm: &NDArray, parts: &[Part], priority: i32) {
+    fn schedule_pull(&self, key: i32, comm: &NDArray, parts: &[Part], owned: &[bool], priority: i32) {
         let (node, servers, parts) = (Arc::clone(&self.node), self.servers.clone(), parts.to_vec());
         let pending_map = Arc::clone(&self.pending);
         let next_req = self.next_req.fetch_add(parts.len() as u64, Ordering::Relaxed);
@@ -665,6 +742,8 @@ impl Worker {
             None => (0, false),
         };
         if after > 0 && !parts.is_empty() {
+            // The parts this worker owns it pulls for its partner too (`pairs`).
+            let relays = self.pairing.as_ref().is_some_and(|p| !p.partner_gone());
             let esz = target.dtype().size();
             let pending = Pending::ahead(parts.len(), target, writable);
             {
@@ -675,7 +754,8 @@ impl Worker {
             }
             for (i, p) in parts.iter().enumerate() {
                 // Express: the server orders it after the push it names.
-                node.send_owned(servers[p.server], wire::encode(&Msg::PullAfter { req: next_req + i as u64, key, after }), true);
+                let relay = relays && owned.get(i) == Some(&true);
+                node.send_owned(servers[p.server], wire::encode(&Msg::PullAfter { req: next_req + i as u64, key, after, relay }), true);
             }
             return engine().push_async(&[], &[comm.var()], priority, move |_env, done| pending.complete_with(done));
         }
@@ -726,6 +806,14 @@ impl Worker {
         if self.shut_down.swap(true, Ordering::SeqCst) {
             return;
         }
+        if let Some(pairing) = &self.pairing {
+            // Before waiting for the last pushes: none of them may wait for the partner's
+            // pieces, which may never come (see `pairs`).
+            self.node.send_owned(pairing.partner, wire::encode(&Msg::PairLeave), false);
+            for step in pairing.leave() {
+                run_step(&self.node, &self.pending, pairing.partner, step);
+            }
+        }
         // A failure of pending work has no caller left to report to at exit.
         let _ = engine().wait_all();
         if let Err(e) = self.join() {
@@ -761,7 +849,7 @@ impl Worker {
         let residual = Arc::new(Mutex::new(Vec::new()));
         if value.stype() == StorageType::RowSparse {
             let row_parts = shard::row_parts(id, value.shape()[0], value.row_len(), self.servers.len(), self.bound);
-            return KeyParts { dtype: value.dtype(), parts: Vec::new(), residual, row_parts };
+            return KeyParts { dtype: value.dtype(), parts: Vec::new(), residual, row_parts, owned: Vec::new() };
         }
         let n = value.size();
         let parts = match compression {
@@ -771,7 +859,7 @@ impl Worker {
             }
             None => shard::dense_parts(id, n, self.servers.len(), self.bound),
         };
-        KeyParts { dtype: value.dtype(), parts, residual, row_parts: Vec::new() }
+        KeyParts { dtype: value.dtype(), parts, residual, row_parts: Vec::new(), owned: Vec::new() }
     }
 
     /// Worker 0's init: every row_sparse value has every row of each server's part (MXNet's
@@ -800,7 +888,7 @@ impl Worker {
             if k.sparse() {
                 self.schedule_rsp_push(*id, vec![value.clone()], stored, &k.row_parts, wire::PUSH_INIT, 0);
             } else {
-                self.schedule_push(*id, vec![value.clone()], stored, &k.parts, None, wire::PUSH_INIT, 0, Arc::new(Mutex::new(Vec::new())));
+                self.schedule_push(*id, vec![value.clone()], stored, &k.parts, None, wire::PUSH_INIT, 0, Arc::new(Mutex::new(Vec::new())), &[]);
             }
         }
         let mut failed = Ok(());
@@ -851,14 +939,29 @@ impl Servers for Worker {
     /// where server 0 checks that every worker placed the keys alike.
     fn init(&self, inits: &[(i32, NDArray, NDArray)], compression: Option<GradientCompression>) -> Result<()> {
         let mut shards: Vec<KeyParts> = inits.iter().map(|(id, v, _)| self.shard(*id, v, compression)).collect();
-        let mut balance = self.state.lock().balance.clone();
+        let (mut balance, mut owners) = {
+            let state = self.state.lock();
+            (state.balance.clone(), state.owners.clone())
+        };
         self.place(&mut balance, inits, &mut shards);
+        if let Some(pairing) = &self.pairing {
+            for k in shards.iter_mut().filter(|k| !k.sparse() && k.dtype == DType::Float32) {
+                k.owned = k.parts.iter().map(|p| owners.assign(p.len as u64 * 4) == pairing.index).collect();
+            }
+        }
         let sent = if self.rank == 0 { self.send_inits(inits, &shards) } else { Ok(()) };
-        let placed = if sent.is_ok() { balance.fingerprint() } else { wire::INIT_REFUSED };
+        // Every worker must agree on pairing too (a worker 0 pairing with a worker 1 that
+        // does not would wait for its pieces forever).
+        let placed = match (&sent, self.pairs_on) {
+            (Err(_), _) => wire::INIT_REFUSED,
+            (Ok(()), false) => balance.fingerprint(),
+            (Ok(()), true) => balance.fingerprint().rotate_left(1).clamp(1, u64::MAX - 1),
+        };
         let reached = self.barrier_at_server(false, placed);
         sent.and(reached)?;
         let mut state = self.state.lock();
         state.balance = balance;
+        state.owners = owners;
         for ((id, _, _), k) in inits.iter().zip(shards) {
             state.keys.insert(*id, k);
         }
@@ -878,13 +981,13 @@ impl Servers for Worker {
                 (false, None) => 0,
             };
             let compression = compression.filter(|_| !fetch_back);
-            self.schedule_push(id, values, &stored, &k.parts, compression, flags, priority, k.residual);
+            self.schedule_push(id, values, &stored, &k.parts, compression, flags, priority, k.residual, &k.owned);
         }
     }
 
     fn fetch(&self, id: i32, stored: &NDArray, priority: i32) {
         if let Some(k) = self.parts_of(id) {
-            self.schedule_pull(id, stored, &k.parts, priority);
+            self.schedule_pull(id, stored, &k.parts, &k.owned, priority);
         }
     }
 
@@ -905,49 +1008,143 @@ fn write_at(target: &NDArray, offset: usize, data: &[u8]) {
 }
 
 /// Counts the answered bytes of request `req` (`len` of its entry; `whole`: its only answer):
-/// its pending request, where in the target they go, and whether the request is now answered
-/// (then it is no longer awaited).
+/// its pending request, where in the target they go, whether the request is now answered
+/// (then it is no longer awaited), and the partner's request it also answers.
 fn answered(
     pending: &Mutex<HashMap<u64, Asked>>,
     req: u64,
     whole: bool,
     len: impl FnOnce(&mut Asked) -> usize,
-) -> Option<(Arc<Pending>, usize, bool)> {
+) -> Option<(Arc<Pending>, usize, bool, Option<Relay>)> {
     let mut map = pending.lock();
     let asked = map.get_mut(&req)?;
     let len = len(asked);
     asked.left = asked.left.saturating_sub(len);
-    let (p, offset, last) = (Arc::clone(&asked.pending), asked.offset, whole || asked.left == 0);
+    let (p, offset, last, relay) = (Arc::clone(&asked.pending), asked.offset, whole || asked.left == 0, asked.relay);
     if last {
         map.remove(&req);
     }
-    Some((p, offset, last))
+    Some((p, offset, last, relay))
 }
 
-/// A server's answer: fills the target at the part's offset, and finishes the request with
-/// its last answer. A pull's answer may come in pieces (`ReplyPart`); its request is answered
-/// by the piece that completes it.
-fn on_reply(pending: &Mutex<HashMap<u64, Asked>>, bytes: &[u8]) {
-    let (req, ok, at, data, whole) = match wire::decode(bytes) {
-        Ok(Msg::Reply { req, ok, data }) => (req, ok, 0, data, true),
-        Ok(Msg::ReplyPart { req, at, data }) => (req, true, at as usize, data, false),
-        _ => {
-            eprintln!("libkvstore: a worker received a message that is not a reply; ignored");
-            return;
+/// Where a piece of a push goes (see `pairs`).
+enum Route {
+    /// To its server.
+    Server,
+    /// Through this worker's pair, which it owns.
+    Own,
+    /// To the partner, which owns it.
+    Partner,
+}
+
+/// Carries out a pairing step (see `pairs`).
+fn run_step(node: &Node, pending: &Mutex<HashMap<u64, Asked>>, partner: usize, step: Step) {
+    match step {
+        Step::Hold => {}
+        Step::Alone(own) => {
+            let p = &own.piece;
+            node.send_parts(p.server, wire::push_header(p.req, p.key, p.dtype, p.flags, p.span, 0), own.body, false);
         }
-    };
-    let Some((p, offset, last)) = answered(pending, req, whole, |_| data.len()) else { return };
-    if !ok {
-        p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
-    } else if let Some(t) = &p.target {
-        if !data.is_empty() {
-            p.write(t, offset + at, data);
+        Step::Pair(own, theirs) => {
+            let p = &own.piece;
+            let len = theirs.data.len();
+            let flags = ((p.flags | theirs.piece.flags) & wire::PUSH_PULL) | wire::PUSH_PAIRED;
+            let mut m = wire::push_header(p.req, p.key, p.dtype, flags, p.span, len);
+            let start = m.len();
+            m.resize(start + len, 0);
+            // `w0 + w1` is `w1 + w0`: the first step of the round's rank-order fold.
+            let summed = own.body.read(|mine| (mine.len() == len).then(|| pairs::add_f32(&mut m[start..], mine, &theirs.data)));
+            if summed.is_none() {
+                // Pieces that do not match (never between partners of one job): each alone.
+                eprintln!("libkvstore: key {}: the partner's piece of push {} has {len} bytes, this worker's {}; pushed apart", p.key, p.n, own.body.len());
+                run_step(node, pending, partner, Step::Forward(theirs));
+                return run_step(node, pending, partner, Step::Alone(own));
+            }
+            let relay = Relay { dest: partner, req: theirs.piece.req, want_value: theirs.piece.flags & wire::PUSH_PULL != 0 };
+            if let Some(asked) = pending.lock().get_mut(&p.req) {
+                asked.relay = Some(relay);
+            }
+            node.send_owned(p.server, m, false);
         }
-    } else {
-        p.answers.lock().push(data.to_vec());
+        Step::Forward(theirs) => {
+            let p = &theirs.piece;
+            let req = FORWARDED | p.req;
+            let relay = Relay { dest: partner, req: p.req, want_value: p.flags & wire::PUSH_PULL != 0 };
+            let asked = Asked { relay: Some(relay), ..Asked::new(&Pending::new(1, None, None), 0, p.server, What::Push { key: p.key, pull: relay.want_value }) };
+            pending.lock().insert(req, asked);
+            let flags = (p.flags & wire::PUSH_PULL) | wire::PUSH_FOR_PARTNER;
+            let mut m = wire::push_header(req, p.key, p.dtype, flags, p.span, theirs.data.len());
+            m.extend_from_slice(&theirs.data);
+            node.send_owned(p.server, m, false);
+        }
     }
-    if last {
-        p.part_answered();
+}
+
+/// What a worker's receiver handles: its servers' answers, and its partner's messages
+/// (`pairs`).
+struct Inbox {
+    pending: PendingMap,
+    node: std::sync::Weak<Node>,
+    pairing: Option<Arc<Pairing>>,
+}
+
+impl Inbox {
+    fn handle(&self, source: usize, bytes: &[u8]) {
+        let msg = match wire::decode(bytes) {
+            Ok(m) => m,
+            Err(e) => return eprintln!("libkvstore: a worker received a bad message from rank {source}: {e}"),
+        };
+        let paired = self.pairing.as_ref().zip(self.node.upgrade());
+        match msg {
+            Msg::Reply { req, ok, data } => self.answer(req, ok, 0, data, true),
+            Msg::ReplyPart { req, at, data } => self.answer(req, true, at as usize, data, false),
+            Msg::Relay { req, at, whole, partner_req, data } => {
+                if let Some((pairing, node)) = &paired {
+                    let forward = match whole {
+                        true => Msg::Reply { req: partner_req, ok: true, data },
+                        false => Msg::ReplyPart { req: partner_req, at, data },
+                    };
+                    node.send_owned(pairing.partner, wire::encode(&forward), false);
+                }
+                self.answer(req, true, at as usize, data, whole)
+            }
+            Msg::PairPush { req, key, dtype, flags, n, offset, server, len, at, chunk, data } => {
+                let Some((pairing, node)) = &paired else { return eprintln!("libkvstore: a worker without a partner received a partner's piece; ignored") };
+                let piece = Piece { req, key, dtype, flags, n, offset, server: server as usize, span: wire::Span { len, at, chunk } };
+                run_step(node, &self.pending, pairing.partner, pairing.theirs(TheirPiece { piece, data: data.to_vec() }));
+            }
+            Msg::PairLeave => {
+                let Some((pairing, node)) = &paired else { return };
+                for own in pairing.partner_left() {
+                    run_step(node, &self.pending, pairing.partner, Step::Alone(own));
+                }
+            }
+            _ => eprintln!("libkvstore: a worker received a message that is not a reply; ignored"),
+        }
+    }
+
+    /// A server's answer (or the partner's, forwarded): fills the target at the part's
+    /// offset, and finishes the request with its last answer. A pull's answer may come in
+    /// pieces (`ReplyPart`); its request is answered by the piece that completes it. An
+    /// answer that also answers the partner's request is forwarded to it.
+    fn answer(&self, req: u64, ok: bool, at: usize, data: &[u8], whole: bool) {
+        let Some((p, offset, last, relay)) = answered(&self.pending, req, whole, |_| data.len()) else { return };
+        if let (Some(r), Some(node)) = (relay, self.node.upgrade()) {
+            let carried = if !ok || r.want_value { data } else { &[] };
+            node.send_owned(r.dest, wire::encode(&Msg::Reply { req: r.req, ok, data: carried }), carried.is_empty());
+        }
+        if !ok {
+            p.errors.lock().push(String::from_utf8_lossy(data).into_owned());
+        } else if let Some(t) = &p.target {
+            if !data.is_empty() {
+                p.write(t, offset + at, data);
+            }
+        } else if relay.is_none() {
+            p.answers.lock().push(data.to_vec());
+        }
+        if last {
+            p.part_answered();
+        }
     }
 }
 
@@ -966,7 +1163,8 @@ impl Placement for Answers {
             _ => return None,
         };
         let mut map = self.pending.lock();
-        let asked = map.get_mut(&req).filter(|a| a.server == source)?;
+        // An answer the partner's request shares comes whole, to be forwarded.
+        let asked = map.get_mut(&req).filter(|a| a.server == source && a.relay.is_none())?;
         let p = &asked.pending;
         let target = p.target.as_ref()?;
         if let Some(early) = &p.early {
@@ -993,7 +1191,7 @@ impl Placement for Answers {
                 return;
             }
         };
-        let Some((p, _, last)) = answered(&self.pending, req, whole, |a| a.placed.pop_front().unwrap_or(0)) else { return };
+        let Some((p, _, last, _)) = answered(&self.pending, req, whole, |a| a.placed.pop_front().unwrap_or(0)) else { return };
         if last {
             p.part_answered();
         }

@@ -7,6 +7,7 @@
 //! its last pull, and never leave a peer's push waiting on a worker that is exiting.
 
 mod compression;
+mod pairs;
 mod refusals;
 mod rounds;
 mod row_sparse;
@@ -36,7 +37,7 @@ fn mode(name: &str) -> DistMode {
 /// Runs one job of `roles` in `mode`: each node on its own thread; servers and the
 /// scheduler in `RunServer` until the workers' exit stops them. Fails with the first node's
 /// failure, or when a node has not finished within [`JOB_TIMEOUT`].
-fn run_job(roles: &[Role], mode: DistMode, server: ServerSetup, worker: WorkerBody) {
+fn run_job(roles: &[Role], mode: DistMode, server: ServerSetup, worker: WorkerBody) -> Arc<LoopbackJob> {
     let (job, nodes) = LoopbackJob::start(roles);
     let (report, reports) = unbounded::<(usize, Result<(), String>)>();
     for (rank, node) in nodes.into_iter().enumerate() {
@@ -57,6 +58,7 @@ fn run_job(roles: &[Role], mode: DistMode, server: ServerSetup, worker: WorkerBo
         }
     }
     assert_eq!(job.aborted(), None, "the job was aborted");
+    job
 }
 
 /// The store type naming `mode`.

@@ -37,6 +37,8 @@ pub struct LoopbackJob {
     barrier: AbortableBarrier,
     /// The first abort: (rank, code).
     aborted: Mutex<Option<(usize, i32)>>,
+    /// Bytes sent, by `from * ranks + to`.
+    traffic: Vec<std::sync::atomic::AtomicU64>,
 }
 
 impl LoopbackJob {
@@ -50,6 +52,7 @@ impl LoopbackJob {
             queues,
             barrier: AbortableBarrier { state: Mutex::new((0, 0)), released: Condvar::new() },
             aborted: Mutex::new(None),
+            traffic: (0..roles.len() * roles.len()).map(|_| std::sync::atomic::AtomicU64::new(0)).collect(),
         });
         let nodes = inboxes
             .into_iter()
@@ -71,6 +74,11 @@ impl LoopbackJob {
     /// The first abort of the job, if any: (rank, code).
     pub fn aborted(&self) -> Option<(usize, i32)> {
         *self.aborted.lock()
+    }
+
+    /// The bytes rank `from` has sent rank `to` so far.
+    pub fn traffic(&self, from: usize, to: usize) -> u64 {
+        self.traffic.get(from * self.roles.len() + to).map_or(0, |t| t.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     fn abort(&self, rank: usize, code: i32) {
@@ -154,6 +162,9 @@ impl Transport for Endpoint {
     }
 
     fn send(&self, dest: usize, bytes: &[u8]) {
+        if let Some(t) = self.job.traffic.get(self.rank * self.job.roles.len() + dest) {
+            t.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         let delivered = self.job.queues.get(dest).is_some_and(|q| q.send(Delivery::Message(self.rank, bytes.to_vec())).is_ok());
         if !delivered {
             eprintln!("libkvstore: loopback rank {} could not send {} bytes to rank {dest} (no such rank, or it has finalized)", self.rank, bytes.len());
@@ -169,8 +180,9 @@ impl Transport for Endpoint {
         }
     }
 
-    fn host(&self, _rank: usize) -> String {
-        "loopback".to_string()
+    /// Each node its own host, as on a cluster.
+    fn host(&self, rank: usize) -> String {
+        format!("loopback-{rank}")
     }
 
     /// Loopback nodes share one process: none is ever silent.

@@ -42,6 +42,11 @@ impl Body {
         message
     }
 
+    /// Calls `f` with the body's bytes.
+    pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        self.array.read_bytes(|b| f(&b[self.range.clone()]))
+    }
+
     /// The array's memory lock and the body's byte range within that memory.
     pub(crate) fn lock_and_range(&self) -> (&parking_lot::RwLock<Payload>, Range<usize>) {
         let (lock, view) = self.array.lock_and_range();
@@ -97,6 +102,12 @@ pub trait Transport: Send + Sync {
     /// one owned message (a copy).
     fn send_parts(&self, dest: usize, head: Vec<u8>, body: Body, express: bool) {
         self.send_owned(dest, body.copied_after(head), express)
+    }
+    /// Keeps this node's bulk sends to its destinations within `bytes` of each other in the
+    /// order they were queued (0: no limit); the MPI plugin's `kvmpi_set_bulk_lead`. By
+    /// default nothing (a transport that keeps no queues of its own).
+    fn set_bulk_lead(&self, bytes: u64) {
+        let _ = bytes;
     }
     /// Installs (or replaces) what handles this node's incoming messages.
     fn set_handler(&self, handler: Handler);
@@ -179,6 +190,11 @@ impl Node {
     /// See [`Transport::set_handler`].
     pub fn set_handler(&self, handler: Handler) {
         self.transport.set_handler(handler)
+    }
+
+    /// See [`Transport::set_bulk_lead`].
+    pub fn set_bulk_lead(&self, bytes: u64) {
+        self.transport.set_bulk_lead(bytes)
     }
 
     /// See [`Transport::set_placement`].

@@ -393,6 +393,11 @@ impl Transport for MpiTransport {
         self.roles.clone()
     }
 
+    fn set_bulk_lead(&self, bytes: u64) {
+        // SAFETY: a plain call; the plugin stores the setting for the sends started after it.
+        unsafe { (self.plugin.set_bulk_lead)(bytes) }
+    }
+
     fn set_handler(&self, handler: Handler) {
         *HANDLER.write() = Some(handler);
     }
