@@ -117,6 +117,22 @@ struct Held {
     partner_left: bool,
 }
 
+impl Held {
+    /// Either partner has left: a piece whose match is not here goes alone (and since nothing
+    /// is held from then on, none is).
+    fn broken(&self) -> bool {
+        self.left || self.partner_left
+    }
+
+    /// Every piece waiting for its match, to go alone: own pieces pushed, the partner's
+    /// forwarded.
+    fn drain(&mut self) -> Vec<Step> {
+        let mut steps: Vec<Step> = self.own.drain().map(|(_, p)| Step::Alone(p)).collect();
+        steps.extend(self.theirs.drain().map(|(_, p)| Step::Forward(p)));
+        steps
+    }
+}
+
 /// One partner's side of the pair.
 pub struct Pairing {
     /// The partner's world rank.
@@ -139,11 +155,9 @@ impl Pairing {
     /// An own piece of a part this worker owns.
     pub fn own(&self, own: OwnPiece) -> Step {
         let mut held = self.held.lock();
-        if held.partner_left || held.left {
-            return Step::Alone(own);
-        }
         match held.theirs.remove(&id(&own.piece)) {
             Some(theirs) => Step::Pair(own, theirs),
+            None if held.broken() => Step::Alone(own),
             None => {
                 held.own.insert(id(&own.piece), own);
                 Step::Hold
@@ -156,7 +170,7 @@ impl Pairing {
         let mut held = self.held.lock();
         match held.own.remove(&id(&theirs.piece)) {
             Some(own) => Step::Pair(own, theirs),
-            None if held.left => Step::Forward(theirs),
+            None if held.broken() => Step::Forward(theirs),
             None => {
                 held.theirs.insert(id(&theirs.piece), theirs);
                 Step::Hold
@@ -164,27 +178,25 @@ impl Pairing {
         }
     }
 
-    /// The partner has left: the own pieces waiting for it, to push alone.
-    pub fn partner_left(&self) -> Vec<OwnPiece> {
+    /// The partner has left the pair (its push ops already running may still send pieces):
+    /// from now on no piece waits for another. Returns the steps for what was waiting.
+    pub fn partner_left(&self) -> Vec<Step> {
         let mut held = self.held.lock();
         held.partner_left = true;
-        held.own.drain().map(|(_, p)| p).collect()
+        held.drain()
     }
 
-    /// Whether either partner has left (pieces go straight to their servers).
+    /// Whether either partner has left (new pieces go straight to their servers).
     pub fn partner_gone(&self) -> bool {
-        let held = self.held.lock();
-        held.partner_left || held.left
+        self.held.lock().broken()
     }
 
-    /// This worker leaves the pair: from now on no piece waits for another. Returns the steps
-    /// for what was waiting: its own pieces go alone, the partner's are forwarded alone.
+    /// This worker leaves the pair (its push ops already running may still make pieces): from
+    /// now on no piece waits for another. Returns the steps for what was waiting.
     pub fn leave(&self) -> Vec<Step> {
         let mut held = self.held.lock();
         held.left = true;
-        let mut steps: Vec<Step> = held.own.drain().map(|(_, p)| Step::Alone(p)).collect();
-        steps.extend(held.theirs.drain().map(|(_, p)| Step::Forward(p)));
-        steps
+        held.drain()
     }
 
     /// The keys of the own pieces waiting for the partner's.
@@ -230,22 +242,25 @@ mod tests {
 
     #[test]
     fn leaving_hands_the_held_pieces_back_and_later_ones_go_alone() {
-        let p = Pairing::new(1, 2);
-        assert!(matches!(p.own(own(1, 1, 0)), Step::Hold));
-        assert!(!p.partner_gone());
-        let alone = p.partner_left();
-        assert_eq!(alone.iter().map(|o| o.piece.req).collect::<Vec<_>>(), vec![1]);
-        assert!(p.partner_gone() && p.waiting().is_empty());
-        assert!(matches!(p.own(own(2, 2, 0)), Step::Alone(_)));
-
-        let q = Pairing::new(0, 3);
-        assert!(matches!(q.theirs(theirs(4, 1, 0)), Step::Hold));
-        assert!(matches!(q.own(own(6, 1, 4)), Step::Hold));
-        let steps = q.leave();
-        assert!(matches!(steps[..], [Step::Alone(_), Step::Forward(_)]), "nothing waits once a partner leaves");
-        assert!(q.partner_gone());
-        assert!(matches!(q.theirs(theirs(5, 2, 0)), Step::Forward(_)));
-        assert!(matches!(q.own(own(7, 2, 0)), Step::Alone(_)));
+        for partner_leaves in [true, false] {
+            let p = Pairing::new(0, 2);
+            let leave = |p: &Pairing| if partner_leaves { p.partner_left() } else { p.leave() };
+            assert!(matches!(p.own(own(1, 1, 0)), Step::Hold));
+            assert!(matches!(p.theirs(theirs(4, 1, 4)), Step::Hold));
+            assert!(!p.partner_gone());
+            let steps = leave(&p);
+            assert!(matches!(steps[..], [Step::Alone(_), Step::Forward(_)]), "nothing waits once a partner leaves");
+            assert!(p.partner_gone() && p.waiting().is_empty());
+            // Pieces of push ops that were already running, on either side: each alone.
+            assert!(matches!(p.own(own(2, 2, 0)), Step::Alone(_)));
+            assert!(matches!(p.theirs(theirs(5, 2, 0)), Step::Forward(_)));
+            assert!(p.waiting().is_empty());
+        }
+        // Two pieces that met before the leave have paired already.
+        let q = Pairing::new(1, 3);
+        assert!(matches!(q.theirs(theirs(6, 1, 0)), Step::Hold));
+        assert!(matches!(q.own(own(7, 1, 0)), Step::Pair(..)));
+        assert!(q.leave().is_empty());
     }
 
     #[test]

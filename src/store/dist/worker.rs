@@ -1115,8 +1115,8 @@ impl Inbox {
             }
             Msg::PairLeave => {
                 let Some((pairing, node)) = &paired else { return };
-                for own in pairing.partner_left() {
-                    run_step(node, &self.pending, pairing.partner, Step::Alone(own));
+                for step in pairing.partner_left() {
+                    run_step(node, &self.pending, pairing.partner, step);
                 }
             }
             _ => eprintln!("libkvstore: a worker received a message that is not a reply; ignored"),
