@@ -310,28 +310,34 @@ impl ServerCore {
         match msg {
             Msg::Push { req, key, dtype, flags, len, at, chunk, data } => {
                 super::failpoint::check_push(len as usize);
-                // The world ranks whose push this is (a paired push is two workers').
-                let pushers: Vec<usize> = {
+                // The worker ranks whose push this is (a paired push is two workers'), and
+                // their world ranks.
+                let pushers = {
                     let mut state = self.state.lock();
-                    let ranks = state.members.pushers(source, flags, &String::new).unwrap_or_default();
-                    let world: Vec<usize> = ranks.iter().map(|&r| state.members.workers()[r]).collect();
-                    if flags & wire::PUSH_INIT == 0 && at == 0 {
-                        // A push is counted at its first chunk: a pull waiting for it joins
-                        // its round then, and gets each chunk as the chunk's round completes.
-                        for &w in &world {
-                            *state.push_counts.entry((key, w)).or_default() += 1;
+                    state.members.pushers(source, flags, &|| format!("a push of key {key}")).map(|ranks| {
+                        let world: Vec<usize> = ranks.iter().map(|&r| state.members.workers()[r]).collect();
+                        if flags & wire::PUSH_INIT == 0 && at == 0 {
+                            // A push is counted at its first chunk: a pull waiting for it joins
+                            // its round then, and gets each chunk as the chunk's round completes.
+                            for &w in &world {
+                                *state.push_counts.entry((key, w)).or_default() += 1;
+                            }
                         }
-                    }
-                    world
+                        (ranks, world)
+                    })
+                };
+                let (ranks, world) = match pushers {
+                    Ok(p) => p,
+                    Err(e) => return self.reply(source, req, Err(e.message().to_string())),
                 };
                 let data = match body {
                     Some(b) => Cow::Owned(b),
                     None => Cow::Borrowed(data),
                 };
-                if let Err(e) = self.push(source, req, key, dtype, flags, wire::Span { len, at, chunk }, data) {
+                if let Err(e) = self.push(source, req, key, dtype, flags, wire::Span { len, at, chunk }, data, &ranks) {
                     self.reply(source, req, Err(e.message().to_string()));
                 }
-                for w in pushers {
+                for w in world {
                     self.release_pulls(w, key);
                 }
             }
@@ -617,13 +623,13 @@ impl ServerCore {
         Ok(())
     }
 
-    /// A dense push (the whole part, or one chunk of it: `span`).
+    /// A dense push (the whole part, or one chunk of it: `span`) of the worker ranks `pushers`
+    /// (`Members::pushers`).
     #[allow(clippy::too_many_arguments)]
-    fn push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, span: wire::Span, data: Cow<[u8]>) -> Result<()> {
+    fn push(&self, source: usize, req: u64, key: i32, dtype: i32, flags: u8, span: wire::Span, data: Cow<[u8]>, pushers: &[usize]) -> Result<()> {
         let dtype = DType::from_code(dtype)?;
         let (len, at) = (span.len as usize, span.at as usize);
         let mut state = self.state.lock();
-        let pushers = state.members.pushers(source, flags, &|| format!("a push of key {key}"))?;
         let mp = state.multi_precision && dtype != DType::Float32;
         let work_dtype = if mp { DType::Float32 } else { dtype };
         // The pushed values in the dtype the server works in: the received ones when no
