@@ -4,7 +4,8 @@
 # `scripts/gpu-bundle.sh --variant NAME=DIR` put in .gpu-bundle/var/NAME, alternating, each
 # round starting one build later so that no build always goes first; prints every workload's
 # median seconds per iteration (or latency) over the rounds per build and each variant's ratio
-# to this build. Runs from the bundle (no Rust needed).
+# to this build. A variant made with `--env-variant` is this build run with the variables of
+# its `env` file. Runs from the bundle (no Rust needed).
 #   usage: bash .gpu-bundle/gpu-ab.sh [--rounds N] [gpubench arguments...]
 #   e.g.   bash .gpu-bundle/gpu-ab.sh --rounds 3 --iters 30 --workload resnet50 --workload small
 set -uo pipefail
@@ -13,14 +14,17 @@ here="$(cd "$(dirname "$0")" && pwd)"
 rounds=3
 if [ "${1:-}" = "--rounds" ]; then rounds=$2; shift 2; fi
 builds=(this)
-for d in "$here"/var/*/; do [ -f "$d/libkvstore.so" ] && builds+=("$(basename "$d")"); done
-libdir() { if [ "$1" = this ]; then echo "$here/lib"; else echo "$here/var/$1"; fi; }
+for d in "$here"/var/*/; do [ -f "$d/libkvstore.so" ] || [ -f "$d/env" ] && builds+=("$(basename "$d")"); done
+libdir() { if [ "$1" != this ] && [ -f "$here/var/$1/libkvstore.so" ]; then echo "$here/var/$1"; else echo "$here/lib"; fi; }
+# The variables a build runs with: its `env` file's lines (none for a library variant).
+settings() { [ "$1" != this ] && [ -f "$here/var/$1/env" ] && cat "$here/var/$1/env"; true; }
 out=$(mktemp -d)
 for ((r = 0; r < rounds; r++)); do
   for ((i = 0; i < ${#builds[@]}; i++)); do
     b=${builds[$(((i + r) % ${#builds[@]}))]}
     # gpubench's rows: "<workload> gpu|cpu <s/iter> ..." and "latency gpu <us> us".
-    if ! LD_LIBRARY_PATH="$(libdir "$b"):/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    mapfile -t vars < <(settings "$b")
+    if ! env "${vars[@]}" LD_LIBRARY_PATH="$(libdir "$b"):/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
       "$here/bin/gpubench" "$@" >"$out/run.txt" 2>&1; then
       tail -5 "$out/run.txt"; echo "gpu-ab: gpubench failed on $b"; exit 1
     fi

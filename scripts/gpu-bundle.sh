@@ -8,14 +8,20 @@
 # changed constant) as .gpu-bundle/var/NAME, for `bash .gpu-bundle/gpu-ab.sh` (benches/gpu-ab.sh),
 # which runs gpubench on this build and each variant alternately. Libraries go without their
 # debug info (`strip -g`): the device tool carries 64 MiB at most.
+# --env-variant NAME=VAR=VALUE[,VAR=VALUE...] (repeatable): a variant that is this build run
+# with those environment variables (a setting compared with the default in the same run, no
+# second build): .gpu-bundle/var/NAME/env.
 set -euo pipefail
-variants=()
+usage="usage: $0 [--variant NAME=DIR]... [--env-variant NAME=VAR=VALUE[,VAR=VALUE...]]..."
+variants=() env_variants=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --variant) [[ "${2:-}" =~ ^[A-Za-z0-9_.-]+=.+ ]] || { echo "usage: $0 [--variant NAME=DIR]..." >&2; exit 2; }
+    --variant) [[ "${2:-}" =~ ^[A-Za-z0-9_.-]+=.+ ]] || { echo "$usage" >&2; exit 2; }
       [ -f "${2#*=}/libkvstore.so" ] || { echo "gpu-bundle: no libkvstore.so in ${2#*=}" >&2; exit 2; }
       variants+=("${2%%=*}=$(cd "${2#*=}" && pwd)"); shift 2 ;;
-    *) echo "usage: $0 [--variant NAME=DIR]..." >&2; exit 2 ;;
+    --env-variant) [[ "${2:-}" =~ ^[A-Za-z0-9_.-]+=[A-Za-z_][A-Za-z0-9_]*=[^,]*(,[A-Za-z_][A-Za-z0-9_]*=[^,]*)*$ ]] || { echo "$usage" >&2; exit 2; }
+      env_variants+=("$2"); shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 cd "$(dirname "$0")/.."
@@ -34,6 +40,10 @@ done
 # The driver-call tracer for the steady-loop allocation check (LD_AUDIT).
 cc -std=c11 -O1 -g -Wall -Wextra -Werror -shared -fPIC ctests/cuda_audit.c -o "$out/lib/cuda_audit.so"
 cp scripts/test-gpu.sh benches/gpu-ab.sh "$out/"
+for v in "${env_variants[@]}"; do
+  mkdir -p "$out/var/${v%%=*}"
+  tr ',' '\n' <<<"${v#*=}" >"$out/var/${v%%=*}/env"
+done
 for v in "${variants[@]}"; do
   mkdir -p "$out/var/${v%%=*}"
   strip -g -o "$out/var/${v%%=*}/libkvstore.so" "${v#*=}/libkvstore.so"

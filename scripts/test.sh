@@ -56,14 +56,22 @@ scripts/standin-asan.sh
 # scripts/test-gpu.sh, the script a lent GPU machine runs, runs unchanged on the stand-in with
 # 4 devices (compute-sanitizer skipped; gpubench for its values only).
 # benches/gpu-ab.sh, the A/B of builds a lent GPU runs, once on the stand-in with this build as
-# its own variant: its table must name both builds and give the ratio.
-scripts/gpu-bundle.sh --variant same=target/release >/dev/null
+# its own variant and as a variant run with a setting (every stream operation of the stand-in
+# delayed by 2 ms): its table must name the three, give the ratios, and show the setting's
+# variant slower.
+scripts/gpu-bundle.sh --variant same=target/release --env-variant delayed=CUDA_STANDIN_DELAY_US=2000 >/dev/null
 standin_dir="$(scripts/cuda-standin.sh | tail -1)"
 LD_LIBRARY_PATH="$standin_dir" CUDA_STANDIN_DEVICES=4 bash .gpu-bundle/test-gpu.sh --bench
 ab=$(LD_LIBRARY_PATH="$standin_dir" CUDA_STANDIN_DEVICES=1 bash .gpu-bundle/gpu-ab.sh --rounds 1 --iters 1 --workload latency)
 echo "$ab"
-if ! grep -q "same/this" <<<"$ab" || ! grep -qE '^latency gpu +[0-9.e+-]+ +[0-9.e+-]+ +[0-9.]+$' <<<"$ab"; then
+if ! grep -q "same/this" <<<"$ab" || ! grep -q "delayed/this" <<<"$ab" ||
+  ! grep -qE '^latency gpu( +[0-9.e+-]+){3}( +[0-9.]+){2}$' <<<"$ab"; then
   echo "FAIL: gpu-ab.sh printed no A/B table"; exit 1
+fi
+# The header names each column; the latency row has one more field (its "gpu").
+if ! awk '$1 == "workload" { for (i = 2; i <= NF; i++) if ($i == "delayed/this") col = i + 1 }
+  $1 == "latency" && col { found = 1; slower = $col > 1.5 } END { exit !(found && slower) }' <<<"$ab"; then
+  echo "FAIL: gpu-ab.sh's variant with CUDA_STANDIN_DELAY_US=2000 was not slower: its settings did not reach gpubench"; exit 1
 fi
 # MXNet's own GPU KVStore tests, unchanged, on the stand-in (read from an apache/mxnet git
 # directory when one is found: $MXNET_SOURCE or the fetch mirror; says so when there is none).
